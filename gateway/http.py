@@ -1,0 +1,240 @@
+"""HTTP routes. Handlers only parse, call a service, and shape the response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .consume import FetchParams, ack_body, ack_status
+from .errors import ApiError, bad_request
+from .names import check_name, check_topic
+from .produce import parse_produce, produce
+from .store import now_ms
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def _state(request: Request) -> Any:
+    return request.app.state.gw
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """Read a JSON body, refusing more than ``limit`` bytes before buffering it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "body_too_large", f"request body exceeds {limit} bytes", limit=limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "body_too_large", f"request body exceeds {limit} bytes", limit=limit)
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw:
+        return {}
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise bad_request("invalid_json", "request body is not valid JSON") from None
+
+
+async def _params(request: Request) -> dict[str, Any]:
+    """Query parameters, overlaid with a JSON body for POST (both are accepted everywhere)."""
+    params: dict[str, Any] = dict(request.query_params)
+    if request.method == "POST":
+        body = await read_json(request, _state(request).settings.max_body_bytes)
+        if not isinstance(body, dict):
+            raise bad_request("invalid_body", "request body must be a JSON object")
+        params.update(body)
+    return params
+
+
+def _int(params: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
+    v = params.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        n = int(v) if not isinstance(v, bool) else None
+    except (TypeError, ValueError):
+        n = None
+    if n is None or (isinstance(v, float) and v != n):
+        raise bad_request(f"invalid_{name}", f"{name} must be an integer")
+    if not lo <= n <= hi:
+        raise bad_request(f"invalid_{name}", f"{name} must be between {lo} and {hi}", min=lo, max=hi)
+    return n
+
+
+def client_address(request: Request) -> str:
+    fwd = request.headers.get("x-forwarded-for")
+    if fwd:
+        return fwd.split(",")[0].strip()
+    c = request.client
+    return f"{c.host}:{c.port}" if c else ""
+
+
+async def produce_route(request: Request) -> Response:
+    gw = _state(request)
+    body = await read_json(request, gw.settings.max_body_bytes)
+    topic, messages = parse_produce(body, gw.settings.max_produce_batch)
+    return JSON(await produce(gw.broker, topic, messages))
+
+
+async def message_route(request: Request) -> Response:
+    gw = _state(request)
+    s = gw.settings
+    p = await _params(request)
+    encoding = p.get("encoding") or "utf8"
+    if encoding not in ("utf8", "base64"):
+        raise bad_request("invalid_encoding", "encoding must be 'utf8' or 'base64'")
+    rid = p.get("requestId") or ""
+    if not isinstance(rid, str):
+        raise bad_request("invalid_request_id", "requestId must be a string")
+    params = FetchParams(
+        group=check_name(p.get("consumer"), "consumer"),
+        client_id=check_name(p.get("clientId"), "clientId", required=False),
+        topic=check_topic(p.get("topic")),
+        max_messages=_int(p, "max", s.default_max_messages, 1, s.max_messages),
+        wait_ms=_int(p, "wait_ms", 0, 0, s.max_wait_ms),
+        encoding=encoding,
+        address=client_address(request),
+        ack_request_id=rid,
+    )
+    return JSON(await gw.consume.fetch(params))
+
+
+async def _request_id(request: Request) -> str:
+    p = await _params(request)
+    rid = p.get("requestId")
+    if not rid:
+        raise bad_request("missing_request_id", "requestId is required")
+    if not isinstance(rid, str):
+        raise bad_request("invalid_request_id", "requestId must be a string")
+    return rid
+
+
+async def ack_route(request: Request) -> Response:
+    r = await _state(request).consume.ack(await _request_id(request))
+    body = ack_body(r)
+    status = ack_status(r)
+    if status != 200:
+        body["error"] = {"code": r.result if r.result != "unknown" else "unknown_queue",
+                         "message": body["message"]}
+    return JSON(body, status_code=status)
+
+
+async def unlock_route(request: Request) -> Response:
+    result, committed = await _state(request).consume.unlock(await _request_id(request))
+    body: dict[str, Any] = {"result": result, "committedOffset": committed}
+    status = {"unlocked": 200, "not_locked": 200, "lock_lost": 409, "unknown": 404}[result]
+    if status != 200:
+        code = "lock_lost" if result == "lock_lost" else "unknown_queue"
+        body["error"] = {"code": code, "message": "this batch no longer holds the queue's lock"
+                         if result == "lock_lost" else "no such queue for this consumer"}
+    return JSON(body, status_code=status)
+
+
+async def queues_route(request: Request) -> Response:
+    gw = _state(request)
+    group = check_name(request.path_params["group"], "consumer")
+    client_id = check_name(request.path_params.get("client_id"), "clientId", required=False)
+    cfg = await gw.store.get_config(group)
+    timeout = int(cfg.get("consume_timeout_ms") or gw.settings.consume_timeout_ms)
+    now = now_ms()
+    out = []
+    for q in await gw.store.queue_states(group, client_id):
+        age = now - q.lock_ms if q.lock_ms else None
+        out.append({
+            "topic": q.topic, "queue": q.queue,
+            "maxOffset": q.max_offset, "committedOffset": q.committed,
+            "backlog": max(0, q.max_offset - q.committed),
+            "locked": age is not None and age < timeout,
+            "lockAgeMs": age, "lockToken": q.token,
+            "lastAccessMs": q.access_ms or None,
+            "lastAccessAgeMs": (now - q.access_ms) if q.access_ms else None,
+            "lastClientAddress": q.address or None,
+        })
+    return JSON({"consumer": group, "clientId": client_id or None, "consumeTimeoutMs": timeout,
+                 "queues": out})
+
+
+async def clients_route(request: Request) -> Response:
+    gw = _state(request)
+    group = check_name(request.path_params["group"], "consumer")
+    now = now_ms()
+    clients = [{"clientId": c, "lastSeenMs": ts, "idleMs": now - ts}
+               for c, ts in await gw.store.clients(group)]
+    return JSON({"consumer": group, "idleExpiryMs": gw.settings.client_idle_ms, "clients": clients})
+
+
+_CONFIG_FIELDS = {"consumeTimeoutMs": "consume_timeout_ms", "start": "start"}
+
+
+async def config_route(request: Request) -> Response:
+    gw = _state(request)
+    group = check_name(request.path_params["group"], "consumer")
+    if request.method == "PUT":
+        body = await read_json(request, gw.settings.max_body_bytes)
+        if not isinstance(body, dict):
+            raise bad_request("invalid_body", "request body must be a JSON object")
+        extra = set(body) - set(_CONFIG_FIELDS)
+        if extra:
+            raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
+        values: dict[str, str | int] = {}
+        if "consumeTimeoutMs" in body:
+            values["consume_timeout_ms"] = _int(body, "consumeTimeoutMs", 0, 100, 86_400_000)
+        if "start" in body:
+            if body["start"] not in ("latest", "earliest"):
+                raise bad_request("invalid_start", "start must be 'latest' or 'earliest'")
+            values["start"] = body["start"]
+        await gw.store.set_config(group, values)
+    cfg = await gw.store.get_config(group)
+    return JSON({
+        "consumer": group,
+        "consumeTimeoutMs": int(cfg.get("consume_timeout_ms") or gw.settings.consume_timeout_ms),
+        "start": cfg.get("start") or gw.settings.start_position,
+    })
+
+
+async def healthz(request: Request) -> Response:
+    return JSON({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    gw = _state(request)
+    checks = {"redis": False, "broker": False}
+    try:
+        checks["redis"] = bool(await gw.redis.ping())
+    except Exception:
+        pass
+    checks["broker"] = await gw.broker.ping()
+    ok = all(checks.values())
+    return JSON({"status": "ok" if ok else "unavailable", "checks": checks},
+                status_code=200 if ok else 503)
+
+
+async def openapi_route(request: Request) -> Response:
+    return Response(_state(request).openapi, media_type="application/yaml")
+
+
+routes = [
+    Route("/produce", produce_route, methods=["POST"]),
+    Route("/message", message_route, methods=["GET", "POST"]),
+    Route("/ack", ack_route, methods=["POST"]),
+    Route("/unlock", unlock_route, methods=["POST"]),
+    Route("/consumers/{group}/queues", queues_route, methods=["GET"]),
+    Route("/consumers/{group}/clients", clients_route, methods=["GET"]),
+    Route("/consumers/{group}/clients/{client_id}/queues", queues_route, methods=["GET"]),
+    Route("/consumers/{group}/config", config_route, methods=["GET", "PUT"]),
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
+    Route("/openapi.yaml", openapi_route, methods=["GET"]),
+]

@@ -1,0 +1,29 @@
+-- Commit a batch, in one round trip. Only the fetch that holds the queue's current lock token may
+-- commit, and only when the committed offset still equals the batch's start offset. An expired
+-- lock that nobody took since still has our token, so a late ack commits.
+--
+-- KEYS[1] consumer hash  KEYS[2] consumer config hash
+-- ARGV[1] field prefix 'topic:queue:'  ARGV[2] batch offset  ARGV[3] next offset  ARGV[4] lock token
+-- ARGV[5] now (ms)  ARGV[6] default consume timeout (ms)  ARGV[7] high watermark seen (-1 if none)
+-- Returns {result, committed offset, lock state} with result one of
+--   committed | already_committed | lock_lost | offset_mismatch | unknown
+local key, p = KEYS[1], ARGV[1]
+local v = redis.call('HMGET', key, p .. 'com', p .. 'tok', p .. 'lock', p .. 'max')
+local com = tonumber(v[1])
+if com == nil then return {'unknown', -1, ''} end
+local tok, lock, mx = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0
+local off, nxt, token, now = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local hw = tonumber(ARGV[7])
+if hw > mx then redis.call('HSET', key, p .. 'max', hw) end
+if com >= nxt then return {'already_committed', com, ''} end
+if tok ~= token then return {'lock_lost', com, ''} end
+if com ~= off then return {'offset_mismatch', com, ''} end
+local state = 'held'
+if lock == 0 then
+  state = 'released'
+else
+  local timeout = tonumber(redis.call('HGET', KEYS[2], 'consume_timeout_ms')) or tonumber(ARGV[6])
+  if now - lock >= timeout then state = 'expired' end
+end
+redis.call('HSET', key, p .. 'com', nxt, p .. 'lock', 0, p .. 'acc', now)
+return {'committed', nxt, state}

@@ -1,0 +1,13 @@
+-- Release a lock early so the batch is redelivered at once. Only the current token may release.
+-- KEYS[1] consumer hash  ARGV[1] field prefix  ARGV[2] lock token  ARGV[3] high watermark (-1 if none)
+-- Returns {result, committed offset}: unlocked | not_locked | lock_lost | unknown
+local key, p = KEYS[1], ARGV[1]
+local v = redis.call('HMGET', key, p .. 'com', p .. 'tok', p .. 'lock', p .. 'max')
+local com = tonumber(v[1])
+if com == nil then return {'unknown', -1} end
+local hw = tonumber(ARGV[3])
+if hw > (tonumber(v[4]) or 0) then redis.call('HSET', key, p .. 'max', hw) end
+if (tonumber(v[2]) or 0) ~= tonumber(ARGV[2]) then return {'lock_lost', com} end
+if (tonumber(v[3]) or 0) == 0 then return {'not_locked', com} end
+redis.call('HSET', key, p .. 'lock', 0)
+return {'unlocked', com}

@@ -1,0 +1,202 @@
+"""Offset store: every consumer's queue offsets, locks and access times, held in Redis.
+
+Layout (``P`` is the key prefix, ``G`` the group; ``{...}`` is a Redis Cluster hash tag,
+so all of one group's keys live in one slot and its scripts run on one node):
+
+=========================  ======  ====================================================
+``P:{G}:q``                hash    cluster-mode queues: ``topic:queue:max|com|lock|tok|acc|addr``
+``P:{G}:q:<clientId>``     hash    the same, one per broadcast clientId (expires when idle)
+``P:{G}:clients``          zset    broadcast clientIds scored by last-seen time (ms)
+``P:{G}:cfg``              hash    per-consumer settings: ``consume_timeout_ms``, ``start``
+``P:{wm:<topic>}``         hash    broker watermarks ``queue:lo|hi``, ``queues``, ``ts``
+``P:{wm:<topic>}:lease``   string  who refreshes the watermarks this interval
+=========================  ======  ====================================================
+
+Choose+lock, ack and unlock are each exactly one Lua script call, so no decision is
+ever made on a value read earlier from Python.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+
+_LUA = resources.files("gateway") / "lua"
+_FIELDS = ("max", "com", "lock", "tok", "acc", "addr")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Lock:
+    """A queue locked for one batch."""
+
+    queue: str
+    committed: int
+    token: int
+    max_offset: int
+    previous_lock_ms: int  # >0 means the previous holder's lock expired: this is a redelivery
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoQueue:
+    """Nothing to lock now; ``wake_ms`` is when the earliest held lock with a backlog expires."""
+
+    wake_ms: int  # -1: no queue has a backlog
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    result: str  # committed | already_committed | lock_lost | offset_mismatch | unknown
+    committed: int
+    lock_state: str  # for committed: held | expired | released
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    topic: str
+    queue: str
+    max_offset: int
+    committed: int
+    lock_ms: int
+    token: int
+    access_ms: int
+    address: str
+
+
+class OffsetStore:
+    def __init__(self, redis: Redis, prefix: str = "mqgw") -> None:
+        self.redis = redis
+        self.prefix = prefix
+        load = lambda name: redis.register_script((_LUA / f"{name}.lua").read_text())  # noqa: E731
+        self._choose = load("choose")
+        self._ack = load("ack")
+        self._unlock = load("unlock")
+        self._wm_get = load("watermarks")
+        self._wm_put = load("watermarks_put")
+
+    # -- key names -------------------------------------------------------------------------
+    def queues_key(self, group: str, client_id: str = "") -> str:
+        base = f"{self.prefix}:{{{group}}}:q"
+        return f"{base}:{client_id}" if client_id else base
+
+    def config_key(self, group: str) -> str:
+        return f"{self.prefix}:{{{group}}}:cfg"
+
+    def clients_key(self, group: str) -> str:
+        return f"{self.prefix}:{{{group}}}:clients"
+
+    def watermark_keys(self, topic: str) -> tuple[str, str]:
+        base = f"{self.prefix}:{{wm:{topic}}}"
+        return base, f"{base}:lease"
+
+    # -- consume path ----------------------------------------------------------------------
+    async def choose(
+        self,
+        group: str,
+        client_id: str,
+        topic: str,
+        watermarks: dict[str, tuple[int, int]],
+        *,
+        address: str,
+        default_timeout_ms: int,
+        default_start: str,
+        client_idle_ms: int,
+        skip: str = "",
+        now: int | None = None,
+    ) -> Lock | NoQueue:
+        args: list[Any] = [topic, now or now_ms(), default_timeout_ms, default_start, address,
+                           client_id, client_idle_ms, skip]
+        for q, (lo, hi) in watermarks.items():
+            args += (q, lo, hi)
+        keys = [self.queues_key(group, client_id), self.config_key(group), self.clients_key(group)]
+        r = await self._choose(keys=keys, args=args)
+        if int(r[0]) == 0:
+            return NoQueue(int(r[1]))
+        return Lock(_s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]))
+
+    async def ack(
+        self, group: str, client_id: str, topic: str, queue: str, offset: int, next_offset: int,
+        token: int, *, default_timeout_ms: int, high_watermark: int = -1, now: int | None = None,
+    ) -> AckResult:
+        keys = [self.queues_key(group, client_id), self.config_key(group)]
+        args = [f"{topic}:{queue}:", offset, next_offset, token, now or now_ms(),
+                default_timeout_ms, high_watermark]
+        r = await self._ack(keys=keys, args=args)
+        return AckResult(_s(r[0]), int(r[1]), _s(r[2]))
+
+    async def unlock(
+        self, group: str, client_id: str, topic: str, queue: str, token: int, high_watermark: int = -1
+    ) -> tuple[str, int]:
+        r = await self._unlock(keys=[self.queues_key(group, client_id)],
+                               args=[f"{topic}:{queue}:", token, high_watermark])
+        return _s(r[0]), int(r[1])
+
+    # -- broker watermarks shared by all nodes ----------------------------------------------
+    async def read_watermarks(
+        self, topic: str, refresh_ms: int, node_id: str
+    ) -> tuple[bool, dict[str, tuple[int, int]], int]:
+        """Return (this node got the refresh lease, watermarks, their age-stamp ms)."""
+        data_key, lease_key = self.watermark_keys(topic)
+        lease, flat = await self._wm_get(keys=[data_key, lease_key], args=[now_ms(), refresh_ms, node_id])
+        fields = {_s(flat[i]): _s(flat[i + 1]) for i in range(0, len(flat), 2)}
+        wm: dict[str, tuple[int, int]] = {}
+        for q in filter(None, fields.get("queues", "").split(",")):
+            wm[q] = (int(fields.get(f"{q}:lo", 0)), int(fields.get(f"{q}:hi", 0)))
+        return bool(int(lease)), wm, int(fields.get("ts", 0))
+
+    async def write_watermarks(self, topic: str, wm: dict[str, tuple[int, int]]) -> None:
+        args: list[Any] = [now_ms(), ",".join(wm)]
+        for q, (lo, hi) in wm.items():
+            args += (q, lo, hi)
+        await self._wm_put(keys=[self.watermark_keys(topic)[0]], args=args)
+
+    # -- consumer settings and views ------------------------------------------------------------
+    async def get_config(self, group: str) -> dict[str, str]:
+        raw = await self.redis.hgetall(self.config_key(group))
+        return {_s(k): _s(v) for k, v in raw.items()}
+
+    async def set_config(self, group: str, values: dict[str, str | int]) -> None:
+        if values:
+            await self.redis.hset(self.config_key(group), mapping=values)
+
+    async def queue_states(self, group: str, client_id: str = "") -> list[QueueState]:
+        raw = await self.redis.hgetall(self.queues_key(group, client_id))
+        return parse_queue_hash({_s(k): _s(v) for k, v in raw.items()})
+
+    async def clients(self, group: str) -> list[tuple[str, int]]:
+        raw = await self.redis.zrange(self.clients_key(group), 0, -1, withscores=True)
+        return [(_s(m), int(s)) for m, s in raw]
+
+
+def parse_queue_hash(fields: dict[str, str]) -> list[QueueState]:
+    """Group ``topic:queue:attr`` fields into one :class:`QueueState` per queue."""
+    grouped: dict[tuple[str, str], dict[str, str]] = {}
+    for name, value in fields.items():
+        head, _, attr = name.rpartition(":")
+        topic, _, queue = head.rpartition(":")
+        if attr in _FIELDS and topic:
+            grouped.setdefault((topic, queue), {})[attr] = value
+    out = []
+    for (topic, queue), f in sorted(grouped.items(), key=lambda kv: (kv[0][0], _qsort(kv[0][1]))):
+        out.append(QueueState(topic, queue, int(f.get("max", 0)), int(f.get("com", 0)),
+                              int(f.get("lock", 0)), int(f.get("tok", 0)), int(f.get("acc", 0)),
+                              f.get("addr", "")))
+    return out
+
+
+def _qsort(q: str) -> tuple[int, str]:
+    return (int(q), "") if q.isdigit() else (1 << 62, q)
+
+
+def _s(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+

@@ -1,0 +1,109 @@
+"""Broker watermarks (low/high offset per queue) shared by all nodes through Redis.
+
+Asking the broker on every ``/message`` would multiply ListOffsets by the request
+rate. Instead each topic's watermarks sit in Redis and are refreshed at most once
+per ``refresh_ms`` by whichever node takes the refresh lease; every process keeps
+the last copy it read for the same interval, and raises the high watermark
+whenever a fetch response shows a higher one. The copy is only a cache: losing it
+(a node dying) loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+from .broker import Broker, UnknownTopic
+from .errors import not_found
+from .store import OffsetStore
+
+log = logging.getLogger("mqgw.watermarks")
+
+
+@dataclass(slots=True)
+class _Entry:
+    read_at: float = 0.0  # monotonic seconds
+    queues: dict[str, tuple[int, int]] = field(default_factory=dict)
+    version: int = 0  # bumped whenever any high watermark moves: wakes long-polls
+    inflight: asyncio.Future | None = None
+
+
+class Watermarks:
+    def __init__(self, store: OffsetStore, broker: Broker, refresh_ms: int) -> None:
+        self.store = store
+        self.broker = broker
+        self.refresh_s = refresh_ms / 1000
+        self.refresh_ms = refresh_ms
+        self.node_id = f"{socket.gethostname()}:{os.getpid()}"
+        self._topics: dict[str, _Entry] = {}
+        self._unknown: dict[str, float] = {}
+
+    def version(self, topic: str) -> int:
+        e = self._topics.get(topic)
+        return e.version if e else 0
+
+    async def get(self, topic: str) -> dict[str, tuple[int, int]]:
+        """Watermarks at most ``refresh_ms`` old; raises 404 ``unknown_topic``."""
+        e = self._topics.get(topic)
+        if e is not None and time.monotonic() - e.read_at < self.refresh_s and e.queues:
+            return e.queues
+        if time.monotonic() < self._unknown.get(topic, 0):
+            raise not_found("unknown_topic", f"topic {topic!r} does not exist")
+        if e is None:
+            e = self._topics[topic] = _Entry()
+        if e.inflight is None:  # single flight per process: waiters share one refresh
+            e.inflight = asyncio.get_running_loop().create_future()
+            try:
+                await self._refresh(topic, e)
+                e.inflight.set_result(None)
+            except BaseException as exc:
+                e.inflight.set_exception(exc)
+                raise
+            finally:
+                fut, e.inflight = e.inflight, None
+                if fut.done() and fut.exception() is not None:
+                    fut.exception()  # mark retrieved
+        else:
+            await asyncio.shield(e.inflight)
+        return e.queues
+
+    async def _refresh(self, topic: str, e: _Entry) -> None:
+        lease, wm, _ts = await self.store.read_watermarks(topic, self.refresh_ms, self.node_id)
+        if lease or not wm:
+            try:
+                fresh = await self.broker.watermarks(topic)
+            except UnknownTopic:
+                self._unknown[topic] = time.monotonic() + 1.0
+                self._topics.pop(topic, None)
+                raise not_found("unknown_topic", f"topic {topic!r} does not exist") from None
+            await self.store.write_watermarks(topic, fresh)
+            wm = {q: (max(lo, wm.get(q, (0, 0))[0]), max(hi, wm.get(q, (0, 0))[1]))
+                  for q, (lo, hi) in fresh.items()}
+        self._merge(e, wm)
+        e.read_at = time.monotonic()
+
+    def observe(self, topic: str, queue: str, high_watermark: int) -> None:
+        """Raise a queue's high watermark from a fetch response (ListOffsets may lag behind)."""
+        e = self._topics.get(topic)
+        if e is None or high_watermark < 0:
+            return
+        lo, hi = e.queues.get(queue, (0, 0))
+        if high_watermark > hi:
+            e.queues = {**e.queues, queue: (lo, high_watermark)}
+            e.version += 1
+
+    @staticmethod
+    def _merge(e: _Entry, wm: dict[str, tuple[int, int]]) -> None:
+        merged: dict[str, tuple[int, int]] = {}
+        changed = set(wm) != set(e.queues)
+        for q, (lo, hi) in wm.items():
+            olo, ohi = e.queues.get(q, (lo, hi))
+            merged[q] = (max(lo, olo), max(hi, ohi))
+            changed = changed or merged[q][1] != ohi
+        e.queues = merged
+        if changed:
+            e.version += 1
