@@ -20,7 +20,6 @@ if ARGV[6] ~= '' then
   local idle = tonumber(ARGV[7])
   redis.call('ZADD', clients, now, ARGV[6])
   redis.call('ZREMRANGEBYSCORE', clients, '-inf', '(' .. (now - idle))
-  redis.call('PEXPIRE', key, idle)
   redis.call('PEXPIRE', clients, idle)
 end
 
@@ -66,6 +65,7 @@ for i = 0, n - 1 do
   end
 end
 if #writes > 0 then redis.call('HSET', key, unpack(writes)) end
+if ARGV[6] ~= '' then redis.call('PEXPIRE', key, ARGV[7]) end  -- idle clientIds' offsets expire
 if best == nil then return {0, wake} end
 
 local p = topic .. ':' .. best .. ':'
