@@ -128,7 +128,7 @@ class ConsumeService:
             return None
         next_offset = res.records[-1].offset + 1
         ref = BatchRef(self.broker.name, p.group, p.client_id, p.topic, lock.queue, start,
-                       next_offset, lock.token)
+                       next_offset, lock.token, res.high_watermark)
         body: dict[str, Any] = {
             "status": "ok",
             "requestId": self.codec.encode(ref),
@@ -153,11 +153,13 @@ class ConsumeService:
     async def _ack(self, ref: BatchRef) -> AckResult:
         return await self.store.ack(ref.group, ref.client_id, ref.topic, ref.queue, ref.offset,
                                     ref.next_offset, ref.token,
-                                    default_timeout_ms=self.settings.consume_timeout_ms)
+                                    default_timeout_ms=self.settings.consume_timeout_ms,
+                                    high_watermark=ref.high_watermark)
 
     async def unlock(self, request_id: str) -> tuple[str, int]:
         ref = self.codec.decode(request_id)
-        return await self.store.unlock(ref.group, ref.client_id, ref.topic, ref.queue, ref.token)
+        return await self.store.unlock(ref.group, ref.client_id, ref.topic, ref.queue, ref.token,
+                                       ref.high_watermark)
 
 
 _ACK_STATUS = {"committed": 200, "already_committed": 200, "lock_lost": 409,

@@ -1,7 +1,8 @@
 """Signed, opaque ``requestId`` tokens that let any node ack a batch fetched on another.
 
 A requestId names everything the ack needs (broker, consumer, queue, batch
-offsets and the lock token), so nodes need no memory of what they handed out.
+offsets, the lock token and the high watermark the fetch saw), so nodes need no
+memory of what they handed out.
 The HMAC makes it unforgeable: an altered id could otherwise commit offsets
 for someone else's group.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from .errors import bad_request
 
 _VERSION = "1"
+_FIELDS = 10
 _SEP = "\x1f"  # never valid in a group, clientId, topic or queue name
 _SIG_BYTES = 16
 
@@ -30,6 +32,7 @@ class BatchRef:
     offset: int  # committed offset the batch starts at
     next_offset: int  # committed offset after a successful ack
     token: int  # lock token of the fetch that produced the batch
+    high_watermark: int = -1  # learned from the fetch; the ack raises the stored max offset to it
 
 
 class RequestIdCodec:
@@ -42,7 +45,7 @@ class RequestIdCodec:
     def encode(self, ref: BatchRef) -> str:
         payload = _SEP.join(
             (_VERSION, ref.broker, ref.group, ref.client_id, ref.topic, ref.queue,
-             str(ref.offset), str(ref.next_offset), str(ref.token))
+             str(ref.offset), str(ref.next_offset), str(ref.token), str(ref.high_watermark))
         ).encode()
         raw = payload + self._sign(payload)
         return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
@@ -59,7 +62,7 @@ class RequestIdCodec:
         if len(raw) <= _SIG_BYTES or not hmac.compare_digest(sig, self._sign(payload)):
             raise bad_request("invalid_request_id", "requestId signature does not match")
         parts = payload.decode("utf-8", "replace").split(_SEP)
-        if len(parts) != 9 or parts[0] != _VERSION:
+        if len(parts) != _FIELDS or parts[0] != _VERSION:
             raise bad_request("invalid_request_id", "requestId version is not supported")
-        _, broker, group, client_id, topic, queue, off, nxt, tok = parts
-        return BatchRef(broker, group, client_id, topic, queue, int(off), int(nxt), int(tok))
+        _, broker, group, client_id, topic, queue, off, nxt, tok, hw = parts
+        return BatchRef(broker, group, client_id, topic, queue, int(off), int(nxt), int(tok), int(hw))

@@ -1,0 +1,228 @@
+"""Load generator for one benchmark phase; runs in its own process (not the gateway's).
+
+Usage: ``python bench/loadgen.py '<json spec>'``. Prints ``start`` when the warm-up is
+over and the measured window opens, ``end`` when it closes (run.py samples CPU at
+those moments), then one JSON line with the results.
+
+Spec kinds:
+  produce  {port, topic, per_request, concurrency, duration, warmup, value_size}
+  consume  {port, topic, group, max, concurrency, duration, warmup, ack: separate|piggyback}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import sys
+import time
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+import uvloop
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import httpc  # noqa: E402
+
+HOST = "127.0.0.1"
+
+
+def percentiles(samples_ns: list[int]) -> dict[str, float]:
+    if not samples_ns:
+        return {"n": 0}
+    s = sorted(samples_ns)
+    n = len(s)
+
+    def q(p: float) -> float:
+        return round(s[min(n - 1, int(p * n))] / 1e6, 3)
+
+    return {"n": n, "mean": round(sum(s) / n / 1e6, 3), "p50": q(0.50), "p90": q(0.90),
+            "p99": q(0.99), "max": round(s[-1] / 1e6, 3)}
+
+
+class Window:
+    """The measured interval: [t0, t1) on perf_counter_ns, opened after the warm-up."""
+
+    def __init__(self, warmup: float, duration: float) -> None:
+        now = time.perf_counter_ns()
+        self.t0 = now + int(warmup * 1e9)
+        self.t1 = self.t0 + int(duration * 1e9)
+        self.cpu0 = self.cpu1 = 0.0
+
+    def inside(self, start_ns: int, end_ns: int) -> bool:
+        return start_ns >= self.t0 and end_ns < self.t1
+
+    def over(self) -> bool:
+        return time.perf_counter_ns() >= self.t1
+
+    async def announce(self) -> None:
+        await asyncio.sleep(max(0.0, (self.t0 - time.perf_counter_ns()) / 1e9))
+        self.cpu0 = _cpu()
+        print("start", flush=True)
+        await asyncio.sleep(max(0.0, (self.t1 - time.perf_counter_ns()) / 1e9))
+        self.cpu1 = _cpu()
+        print("end", flush=True)
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+# -- produce ---------------------------------------------------------------------------------
+def produce_requests(topic: str, per_request: int, value_size: int, variants: int = 64) -> list[bytes]:
+    """Pre-built POST /produce requests: distinct keys spread records over all partitions."""
+    out = []
+    seq = 0
+    for _ in range(variants):
+        msgs = []
+        for _ in range(per_request):
+            head = f"v{seq:010d}-"
+            msgs.append({"key": f"k{seq}", "value": head + "x" * (value_size - len(head))})
+            seq += 1
+        out.append(httpc.post("/produce", orjson.dumps({"topic": topic, "messages": msgs})))
+    return out
+
+
+async def run_produce(spec: dict[str, Any]) -> dict[str, Any]:
+    reqs = produce_requests(spec["topic"], spec["per_request"], spec["value_size"])
+    conns = [await httpc.connect(HOST, spec["port"]) for _ in range(spec["concurrency"])]
+    win = Window(spec["warmup"], spec["duration"])
+    lat: list[int] = []
+    stats = {"requests": 0, "records": 0, "errors": 0, "failed_records": 0, "error_samples": []}
+    per = spec["per_request"]
+
+    async def worker(i: int, conn: httpc.Connection) -> None:
+        k = i * 7
+        while not win.over():
+            raw = reqs[k % len(reqs)]
+            k += 1
+            t0 = time.perf_counter_ns()
+            status, body = await conn.request(raw)
+            t1 = time.perf_counter_ns()
+            if not win.inside(t0, t1):
+                continue
+            lat.append(t1 - t0)
+            stats["requests"] += 1
+            if status != 200:
+                stats["errors"] += 1
+                if len(stats["error_samples"]) < 5:
+                    stats["error_samples"].append(f"{status} {body[:200]!r}")
+            elif body.find(b'"failed":0,', 0, 120) < 0:
+                failed = orjson.loads(body)["failed"]
+                stats["failed_records"] += failed
+                stats["records"] += per - failed
+            else:
+                stats["records"] += per
+
+    announcer = asyncio.create_task(win.announce())
+    await asyncio.gather(*(worker(i, c) for i, c in enumerate(conns)))
+    await announcer
+    for c in conns:
+        c.close()
+    d = spec["duration"]
+    return {**stats, "duration_s": d, "req_per_s": stats["requests"] / d,
+            "records_per_s": stats["records"] / d, "latency_ms": percentiles(lat),
+            "loadgen_cpu_pct": round(100 * (win.cpu1 - win.cpu0) / d, 1)}
+
+
+# -- fetch + ack ------------------------------------------------------------------------------
+async def run_consume(spec: dict[str, Any]) -> dict[str, Any]:
+    base = (f"/message?consumer={quote(spec['group'])}&topic={quote(spec['topic'])}"
+            f"&max={spec['max']}")
+    fetch_req = httpc.get(base)
+    piggyback = spec.get("ack", "separate") == "piggyback"
+    conns = [await httpc.connect(HOST, spec["port"]) for _ in range(spec["concurrency"])]
+    win = Window(spec["warmup"], spec["duration"])
+    lat_msg: list[int] = []
+    lat_ack: list[int] = []
+    stats = {"fetches": 0, "acks": 0, "records": 0, "empty": 0, "errors": 0, "ack_not_committed": 0,
+             "error_samples": []}
+
+    def error(what: str, status: int, body: bytes) -> None:
+        stats["errors"] += 1
+        if len(stats["error_samples"]) < 5:
+            stats["error_samples"].append(f"{what} {status} {body[:200]!r}")
+
+    async def worker(conn: httpc.Connection) -> None:
+        pending_rid = ""
+        pending_n = 0
+        while True:
+            over = win.over()
+            if over and not pending_rid:
+                return
+            req = fetch_req
+            if piggyback and pending_rid:
+                req = httpc.get(f"{base}&requestId={pending_rid}")
+            if over:  # piggyback mode: ack the last batch alone, outside the window
+                req = httpc.post("/ack", orjson.dumps({"requestId": pending_rid}))
+            t0 = time.perf_counter_ns()
+            status, body = await conn.request(req)
+            t1 = time.perf_counter_ns()
+            if over:
+                return
+            inside = win.inside(t0, t1)
+            if status != 200:
+                if inside:
+                    error("message", status, body)
+                pending_rid = ""
+                continue
+            r = orjson.loads(body)
+            if inside:
+                lat_msg.append(t1 - t0)
+                stats["fetches"] += 1
+            if piggyback and pending_rid:
+                ack = r.get("ack") or {}
+                if ack.get("result") == "committed":
+                    if inside:
+                        stats["records"] += pending_n
+                        stats["acks"] += 1
+                elif inside:
+                    stats["ack_not_committed"] += 1
+                pending_rid = ""
+            if r.get("status") != "ok":
+                if inside:
+                    stats["empty"] += 1
+                continue
+            n = len(r["messages"])
+            if piggyback:
+                pending_rid, pending_n = r["requestId"], n
+                continue
+            ack_req = httpc.post("/ack", orjson.dumps({"requestId": r["requestId"]}))
+            t2 = time.perf_counter_ns()
+            status, body = await conn.request(ack_req)
+            t3 = time.perf_counter_ns()
+            if not win.inside(t2, t3):
+                continue
+            lat_ack.append(t3 - t2)
+            stats["acks"] += 1
+            if status != 200:
+                error("ack", status, body)
+            elif orjson.loads(body).get("result") != "committed":
+                stats["ack_not_committed"] += 1
+            else:
+                stats["records"] += n
+
+    announcer = asyncio.create_task(win.announce())
+    await asyncio.gather(*(worker(c) for c in conns))
+    await announcer
+    for c in conns:
+        c.close()
+    d = spec["duration"]
+    return {**stats, "duration_s": d, "records_per_s": stats["records"] / d,
+            "fetch_per_s": stats["fetches"] / d, "ack_per_s": stats["acks"] / d,
+            "message_latency_ms": percentiles(lat_msg), "ack_latency_ms": percentiles(lat_ack),
+            "loadgen_cpu_pct": round(100 * (win.cpu1 - win.cpu0) / d, 1)}
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    fn = {"produce": run_produce, "consume": run_consume}[spec["kind"]]
+    result = uvloop.run(fn(spec))
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

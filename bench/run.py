@@ -1,0 +1,394 @@
+"""mq-gateway benchmark: one run starts redis-server, the broker (Tansu) and the gateway
+(2 uvicorn workers, the same command line as ``mqgw serve``), measures, and stops them all.
+
+    .venv/bin/python bench/run.py            # or: make bench  (BENCH_ARGS="--duration 5")
+
+Phases (each measured for --duration seconds after --warmup seconds):
+  raw      confluent-kafka produce (100 B values, the gateway's producer settings) and
+           consume (assign at offset 0, fetch.queue.backoff.ms=0) on the same broker
+  p1       POST /produce, 1 record per request, 16 connections
+  p100     POST /produce, 100 records per request, 16 connections
+  f32      GET /message max=32 + POST /ack, 16 consumers in one group, over a backlog
+  f1000    the same with max=1000
+  f32pb    (extra) max=32 with the ack piggy-backed on the next /message (requestId=...)
+
+The load generator (bench/loadgen.py) is a separate process: asyncio on uvloop with a
+minimal keep-alive HTTP/1.1 client (bench/httpc.py). Results: a table on stdout and
+JSON in bench/results/latest.json (plus a timestamped copy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import procstat  # noqa: E402
+import rawkafka  # noqa: E402
+from gateway import devstack  # noqa: E402
+from gateway.cli import _serve_cmd  # noqa: E402
+
+RESULTS = HERE / "results"
+BACKLOG_TOPIC = "bench-backlog"
+PRODUCE_TOPIC = "bench-produce"
+
+TARGETS = {
+    "p1": "single-record produce >= 8,000 req/s at concurrency 16 with p99 < 10 ms",
+    "p100": "100 records/request >= 150,000 records/s",
+    "f32": "fetch+ack max=32, 16 consumers >= 40,000 records/s, /message p50 < 3 ms, p99 < 15 ms",
+    "f1000": "fetch+ack max=1000 >= 250,000 records/s",
+}
+
+
+def check_target(name: str, r: dict[str, Any]) -> bool | None:
+    if name == "p1":
+        return r["req_per_s"] >= 8000 and r["latency_ms"].get("p99", 1e9) < 10
+    if name == "p100":
+        return r["records_per_s"] >= 150_000
+    if name == "f32":
+        m = r["message_latency_ms"]
+        return r["records_per_s"] >= 40_000 and m.get("p50", 1e9) < 3 and m.get("p99", 1e9) < 15
+    if name == "f1000":
+        return r["records_per_s"] >= 250_000
+    return None
+
+
+class Stack:
+    """Every process this run starts; ``stop()`` ends them all, in reverse order."""
+
+    def __init__(self) -> None:
+        self.services: list[devstack.Service] = []
+        self.loadgen: subprocess.Popen | None = None
+        self.profilers: list[subprocess.Popen] = []
+
+    def add(self, svc: devstack.Service) -> devstack.Service:
+        self.services.append(svc)
+        return svc
+
+    def stop(self) -> None:
+        for p in [self.loadgen, *self.profilers]:
+            if p is not None and p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(5)
+        for svc in reversed(self.services):
+            try:
+                svc.stop()
+            except Exception as e:  # keep stopping the others
+                print(f"warning: stopping {svc.name}: {e}", file=sys.stderr)
+        self.services.clear()
+
+
+def http_json(port: int, method: str, path: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def start_gateway(stack: Stack, redis_url: str, bootstrap: str, workers: int,
+                  extra_env: dict[str, str]) -> tuple[devstack.Service, list[int]]:
+    port = devstack.free_port()
+    env = {**os.environ, "MQGW_REDIS_URL": redis_url, "MQGW_KAFKA_BOOTSTRAP": bootstrap, **extra_env}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    log = open(RESULTS / "gateway.log", "wb")
+    proc = subprocess.Popen(_serve_cmd("127.0.0.1", port, workers), env=env, cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    svc = stack.add(devstack.Service("gateway", port, proc))
+    devstack.wait_port(port, timeout=30, proc=proc)
+    deadline = time.monotonic() + 30
+    while True:  # every worker has run its lifespan (broker clients connected) once /readyz is ok
+        try:
+            status, _ = http_json(port, "GET", "/readyz")
+            if status == 200:
+                break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("gateway not ready after 30 s; see bench/results/gateway.log")
+        time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while len(pids := procstat.uvicorn_workers(proc.pid)) < workers and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return svc, pids
+
+
+def run_phase(stack: Stack, name: str, spec: dict[str, Any], named: dict[str, int], port: int,
+              workers: list[int], profile_dir: Path | None) -> dict[str, Any]:
+    """Run one loadgen process; sample CPU and connections over exactly its measured window."""
+    cmd = [sys.executable, str(HERE / "loadgen.py"), json.dumps(spec)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True, cwd=ROOT)
+    stack.loadgen = proc
+    limit = spec["warmup"] + spec["duration"] + 60
+    watchdog = threading.Timer(limit, lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+    watchdog.start()
+    named = {**named, "loadgen": proc.pid}
+    snap0 = snap1 = None
+    t0 = t1 = 0.0
+    conns: dict[int, int] = {}
+    result: dict[str, Any] | None = None
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.strip()
+            if line == "start":
+                snap0, t0 = procstat.snapshot(named), time.monotonic()
+                conns = procstat.connections_per_pid(port, workers)
+                if profile_dir is not None:
+                    start_profilers(stack, name, workers, spec["duration"], profile_dir)
+            elif line == "end":
+                snap1, t1 = procstat.snapshot(named), time.monotonic()
+            elif line.startswith("{"):
+                result = json.loads(line)
+        proc.wait()
+    finally:
+        watchdog.cancel()
+        stack.loadgen = None
+    if result is None or snap0 is None or snap1 is None:
+        raise RuntimeError(f"phase {name}: load generator failed (exit {proc.returncode})")
+    for p in stack.profilers:
+        p.wait(30)
+    stack.profilers.clear()
+    result["cpu_pct"] = procstat.usage(snap0, snap1, t1 - t0)
+    result["connections_per_worker"] = {str(k): v for k, v in conns.items()}
+    result["spec"] = spec
+    return result
+
+
+def start_profilers(stack: Stack, phase: str, workers: list[int], duration: float, out: Path) -> None:
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    for pid in workers:
+        path = out / f"{phase}-{pid}.txt"
+        stack.profilers.append(subprocess.Popen(
+            [exe, "record", "--pid", str(pid), "--duration", str(max(1, int(duration))), "--rate", "250",
+             "--nonblocking", "--threads", "--format", "raw", "-o", str(path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+
+
+def machine_info() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import confluent_kafka
+    import starlette
+    import uvicorn
+    return {"cpus": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
+            "python": platform.python_version(), "loadavg_at_start": list(os.getloadavg()),
+            "mem_total_mb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20,
+            "confluent_kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0],
+            "uvicorn": uvicorn.__version__, "starlette": starlette.__version__}
+
+
+def queue_backlog(port: int, group: str) -> dict[str, int]:
+    status, body = http_json(port, "GET", f"/consumers/{group}/queues")
+    if status != 200:
+        return {}
+    qs = [q for q in body["queues"] if q["topic"] == BACKLOG_TOPIC]
+    return {"committed": sum(q["committedOffset"] for q in qs), "backlog": sum(q["backlog"] for q in qs)}
+
+
+# -- report ------------------------------------------------------------------------------------
+def _n(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _ms(d: dict[str, Any], k: str) -> str:
+    return f"{d[k]:.2f}" if k in d else "-"
+
+
+def report(res: dict[str, Any]) -> str:
+    raw, ph, ratios = res["raw"], res["phases"], res["ratios"]
+    rows = [("figure", "records/s", "req/s", "p50 ms", "p99 ms", "vs raw", "target")]
+    rows.append(("raw produce, 100 B (gateway producer conf)", _n(raw["produce"]["records_per_s"]),
+                 "", "", "", "1", ""))
+    rows.append(("raw consume from offset 0", _n(raw["consume"]["records_per_s"]), "", "", "", "1", ""))
+    labels = {"p1": "HTTP produce 1 rec/req, c=16", "p100": "HTTP produce 100 rec/req, c=16",
+              "f32": "fetch+ack max=32, 16 consumers", "f1000": "fetch+ack max=1000, 16 consumers",
+              "f32pb": "fetch max=32 + piggy-backed ack"}
+    for name, r in ph.items():
+        met = res["targets"].get(name, {}).get("met")
+        mark = "" if met is None else ("MET" if met else "MISSED")
+        ratio = f"{ratios[name]:.3f}" if name in ratios else ""
+        if name.startswith("p"):
+            lat = r["latency_ms"]
+            rows.append((labels.get(name, name), _n(r["records_per_s"]), _n(r["req_per_s"]),
+                         _ms(lat, "p50"), _ms(lat, "p99"), ratio, mark))
+        else:
+            m, a = r["message_latency_ms"], r["ack_latency_ms"]
+            rows.append((labels.get(name, name), _n(r["records_per_s"]),
+                         _n(r["fetch_per_s"] + (r["ack_per_s"] if a.get("n") else 0)),
+                         f"msg {_ms(m, 'p50')}", f"msg {_ms(m, 'p99')}", ratio, mark))
+            if a.get("n"):
+                rows.append(("", "", "", f"ack {_ms(a, 'p50')}", f"ack {_ms(a, 'p99')}", "", ""))
+    w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for j, r in enumerate(rows):
+        lines.append("  ".join(str(c).ljust(w[i]) if i == 0 else str(c).rjust(w[i]) for i, c in enumerate(r)))
+        if j == 0:
+            lines.append("  ".join("-" * x for x in w))
+    lines.append("")
+    lines.append("CPU during each measured window, % of one core (the machine has "
+                 f"{res['machine']['cpus']}; 'others' = processes not started by this run):")
+    for name, r in ph.items():
+        c = r["cpu_pct"]
+        workers = [f"{c[k]:.0f}" for k in c if k.startswith("worker")]
+        conns = "/".join(str(v) for v in r["connections_per_worker"].values())
+        extra = ""
+        if r.get("empty"):
+            extra += f"  EMPTY={r['empty']}"
+        if r.get("errors") or r.get("ack_not_committed") or r.get("failed_records"):
+            extra += (f"  errors={r.get('errors', 0)} not_committed={r.get('ack_not_committed', 0)}"
+                      f" failed={r.get('failed_records', 0)}")
+        lines.append(f"  {name:6} workers {'+'.join(workers):9} redis {c['redis']:3.0f}  broker {c['broker']:3.0f}"
+                     f"  loadgen {c['loadgen']:3.0f}  others {c['others_pct_of_one_core']:3.0f}"
+                     f"  machine busy {c['machine_busy_pct_of_all_cores']:3.0f}%  conns/worker {conns}{extra}")
+    return "\n".join(lines)
+
+
+# -- main ----------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per phase (10)")
+    ap.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each phase (2)")
+    ap.add_argument("--concurrency", type=int, default=16, help="connections / consumers (16)")
+    ap.add_argument("--partitions", type=int, default=16, help="partitions of the bench topics (16)")
+    ap.add_argument("--prefill", type=int, default=4_000_000,
+                    help="records pre-filled through the raw producer; also the raw produce figure")
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--workers", type=int, default=2, help="uvicorn workers (2)")
+    ap.add_argument("--phases", default="p1,p100,f32,f1000,f32pb")
+    ap.add_argument("--gateway-env", action="append", default=[], metavar="K=V",
+                    help="extra environment for the gateway, e.g. MQGW_FETCH_POOL_SIZE=16")
+    ap.add_argument("--profile", action="store_true",
+                    help="py-spy record every worker during each phase into bench/results/profile-*/"
+                         " (slows the gateway a little: do not compare these numbers)")
+    ap.add_argument("--out", default=str(RESULTS / "latest.json"))
+    args = ap.parse_args(argv)
+    phases = [p for p in args.phases.split(",") if p]
+    extra_env = dict(kv.split("=", 1) for kv in args.gateway_env)
+
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    profile_dir = None
+    if args.profile:
+        profile_dir = RESULTS / f"profile-{stamp}"
+        profile_dir.mkdir(parents=True, exist_ok=True)
+
+    res: dict[str, Any] = {
+        "started": dt.datetime.now().isoformat(timespec="seconds"),
+        "command": " ".join([os.path.relpath(sys.executable, ROOT), *sys.argv]),
+        "machine": machine_info(),
+        "config": {**{k: v for k, v in vars(args).items() if k != "out"}, "gateway_env": extra_env,
+                   "mqgw_env_inherited": {k: v for k, v in os.environ.items() if k.startswith("MQGW_")}},
+        "raw": {}, "phases": {}, "ratios": {}, "targets": {},
+    }
+    stack = Stack()
+
+    def on_term(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    t_start = time.monotonic()
+    try:
+        redis = stack.add(devstack.start_redis())
+        broker = stack.add(devstack.start_broker())
+        bs = broker.extra["bootstrap"]
+        for t in (BACKLOG_TOPIC, PRODUCE_TOPIC):
+            devstack.create_topic(bs, t, args.partitions)
+        print(f"redis {redis.extra['url']}  broker {bs}  topics {args.partitions} partitions", flush=True)
+
+        print(f"raw produce: {args.prefill:,} x {args.value_size} B into {BACKLOG_TOPIC} ...", flush=True)
+        named = {"redis": redis.proc.pid, "broker": broker.proc.pid}
+        s0, w0 = procstat.snapshot(named), time.monotonic()
+        res["raw"]["produce"] = rawkafka.produce(bs, BACKLOG_TOPIC, args.prefill, args.value_size)
+        res["raw"]["produce"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
+        total = res["raw"]["produce"]["total_in_topic"]
+        print(f"  {res['raw']['produce']['records_per_s']:,.0f} msgs/s", flush=True)
+        s0, w0 = procstat.snapshot(named), time.monotonic()
+        res["raw"]["consume"] = rawkafka.consume(bs, BACKLOG_TOPIC, args.partitions, total)
+        res["raw"]["consume"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
+        print(f"raw consume: {res['raw']['consume']['records_per_s']:,.0f} msgs/s", flush=True)
+
+        gw, workers = start_gateway(stack, redis.extra["url"], bs, args.workers, extra_env)
+        print(f"gateway on 127.0.0.1:{gw.port}, master {gw.proc.pid}, workers {workers}", flush=True)
+        named = {**named, "gateway_master": gw.proc.pid,
+                 **{f"worker{i + 1}": p for i, p in enumerate(workers)}}
+        res["gateway"] = {"port": gw.port, "cmd": _serve_cmd("127.0.0.1", gw.port, args.workers),
+                          "workers": workers}
+
+        common = {"port": gw.port, "concurrency": args.concurrency, "duration": args.duration,
+                  "warmup": args.warmup}
+        specs: dict[str, dict[str, Any]] = {
+            "p1": {"kind": "produce", "topic": PRODUCE_TOPIC, "per_request": 1, "value_size": args.value_size},
+            "p100": {"kind": "produce", "topic": PRODUCE_TOPIC, "per_request": 100,
+                     "value_size": args.value_size},
+            "f32": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32", "max": 32,
+                    "ack": "separate"},
+            "f1000": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f1000", "max": 1000,
+                      "ack": "separate"},
+            "f32pb": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32pb", "max": 32,
+                      "ack": "piggyback"},
+        }
+        for name in phases:
+            spec = {**common, **specs[name]}
+            if spec["kind"] == "consume":
+                status, body = http_json(gw.port, "PUT", f"/consumers/{spec['group']}/config",
+                                         {"start": "earliest"})
+                if status != 200:
+                    raise RuntimeError(f"config of {spec['group']}: {status} {body}")
+            print(f"phase {name}: {args.warmup:g} s warm-up + {args.duration:g} s ...", flush=True)
+            r = run_phase(stack, name, spec, named, gw.port, workers, profile_dir)
+            if spec["kind"] == "consume":
+                r["after"] = queue_backlog(gw.port, spec["group"])
+                r["backlog_held"] = r["empty"] == 0 and r["after"].get("backlog", 0) > 0
+            res["phases"][name] = r
+            if name in TARGETS:
+                res["targets"][name] = {"target": TARGETS[name], "met": check_target(name, r)}
+            raw_ref = res["raw"]["produce" if spec["kind"] == "produce" else "consume"]["records_per_s"]
+            res["ratios"][name] = r["records_per_s"] / raw_ref
+            print(f"  {r['records_per_s']:,.0f} records/s", flush=True)
+        res["wall_s"] = round(time.monotonic() - t_start, 1)
+    finally:
+        stack.stop()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(res, indent=2)
+    out.write_text(text)
+    (out.parent / f"run-{stamp}.json").write_text(text)
+    print()
+    print(report(res))
+    print(f"\nwall time {res['wall_s']} s; JSON: {os.path.relpath(out, ROOT)} (+ run-{stamp}.json)")
+    if profile_dir is not None:
+        print(f"profiles (py-spy raw collapsed stacks): {os.path.relpath(profile_dir, ROOT)}/"
+              "; summarise with bench/profsummary.py")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
