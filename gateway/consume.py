@@ -22,9 +22,12 @@ from .requestid import BatchRef, RequestIdCodec
 from .store import AckResult, Lock, NoQueue, OffsetStore, now_ms
 from .watermarks import Watermarks
 
-#: Even with no hint of new work, re-run choose this often while long-polling (catches early
-#: unlocks and offset resets made on other nodes).
+#: While long-polling with a backlog held under other consumers' locks, re-run choose this
+#: often: an ack or early unlock on another node frees the queue without any other signal.
 RECHECK_S = 1.0
+#: With no backlog anywhere only new records (seen as a watermark change, no Redis call per
+#: waiter) or an offset reset create work, so a slow re-check is enough.
+IDLE_RECHECK_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +89,10 @@ class ConsumeService:
             skip = ""
 
     async def _wait_for_work(self, topic: str, version: int, none: NoQueue, remaining: float) -> None:
-        wake = min(remaining, RECHECK_S)
         if none.wake_ms >= 0:
-            wake = min(wake, max(0.0, (none.wake_ms - now_ms()) / 1000) + 0.002)
+            wake = min(remaining, RECHECK_S, max(0.0, (none.wake_ms - now_ms()) / 1000) + 0.002)
+        else:
+            wake = min(remaining, IDLE_RECHECK_S)
         loop = asyncio.get_running_loop()
         until = loop.time() + wake
         step = self.wm.refresh_s

@@ -58,7 +58,8 @@ async def _params(request: Request) -> dict[str, Any]:
     return params
 
 
-def _int(params: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
+def _int(params: dict[str, Any], name: str, default: int, lo: int, hi: int, code: str = "") -> int:
+    code = code or f"invalid_{name}"
     v = params.get(name)
     if v is None or v == "":
         return default
@@ -67,9 +68,9 @@ def _int(params: dict[str, Any], name: str, default: int, lo: int, hi: int) -> i
     except (TypeError, ValueError):
         n = None
     if n is None or (isinstance(v, float) and v != n):
-        raise bad_request(f"invalid_{name}", f"{name} must be an integer")
+        raise bad_request(code, f"{name} must be an integer")
     if not lo <= n <= hi:
-        raise bad_request(f"invalid_{name}", f"{name} must be between {lo} and {hi}", min=lo, max=hi)
+        raise bad_request(code, f"{name} must be between {lo} and {hi}", min=lo, max=hi)
     return n
 
 
@@ -190,7 +191,8 @@ async def config_route(request: Request) -> Response:
             raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
         values: dict[str, str | int] = {}
         if "consumeTimeoutMs" in body:
-            values["consume_timeout_ms"] = _int(body, "consumeTimeoutMs", 0, 100, 86_400_000)
+            values["consume_timeout_ms"] = _int(body, "consumeTimeoutMs", 0, 100, 86_400_000,
+                                                  "invalid_consume_timeout_ms")
         if "start" in body:
             if body["start"] not in ("latest", "earliest"):
                 raise bad_request("invalid_start", "start must be 'latest' or 'earliest'")

@@ -1,0 +1,163 @@
+"""Consume-path rules that need broker behaviour Tansu lacks; Redis is the real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.config import Settings
+from gateway.consume import ConsumeService, FetchParams
+from gateway.errors import ApiError
+from gateway.requestid import RequestIdCodec
+from gateway.store import OffsetStore
+from gateway.watermarks import Watermarks
+
+from .broker_double import MemoryBroker
+from .conftest import unique
+
+T = "orders"
+
+
+def run(redis_url: str, broker: MemoryBroker, fn: Callable[[ConsumeService], Awaitable[Any]],
+        refresh_ms: int = 50) -> Any:
+    async def main() -> Any:
+        r = aioredis.Redis.from_url(redis_url)
+        try:
+            store = OffsetStore(r, unique("p"))  # a private key prefix per test
+            settings = Settings(metadata_refresh_ms=refresh_ms, start_position="earliest",
+                                gap_recheck_ms=5)
+            svc = ConsumeService(settings, store, broker, Watermarks(store, broker, refresh_ms),
+                                 RequestIdCodec("k"))
+            return await fn(svc)
+        finally:
+            await r.aclose()
+    return asyncio.run(main())
+
+
+def params(group: str, **kw: Any) -> FetchParams:
+    base: dict[str, Any] = dict(group=group, client_id="", topic=T, max_messages=10, wait_ms=0,
+                                encoding="utf8", address="test")
+    base.update(kw)
+    return FetchParams(**base)
+
+
+def values(body: dict[str, Any]) -> list[str]:
+    return [m["value"] for m in body["messages"]]
+
+
+def test_committed_offset_below_retention_moves_to_earliest(redis_url: str) -> None:
+    b = MemoryBroker()
+    b.create(T, 1)
+    b.append(T, "0", *[f"v{i}" for i in range(20)])
+    g = unique()
+
+    async def body(svc: ConsumeService) -> None:
+        first = await svc.fetch(params(g, max_messages=2))
+        assert values(first) == ["v0", "v1"]
+        assert (await svc.ack(first["requestId"])).result == "committed"
+        b.delete_before(T, "0", 15)  # retention removed offsets 0..14
+        second = await svc.fetch(params(g, max_messages=3))
+        assert second["skipped"] == {"from": 2, "to": 15, "reason": "out_of_retention"}
+        assert second["offset"] == 2 and values(second) == ["v15", "v16", "v17"]
+        assert second["nextOffset"] == 18
+        assert (await svc.ack(second["requestId"])).committed == 18
+    run(redis_url, b, body)
+
+
+def test_retention_gap_with_nothing_left_is_committed_by_the_gateway(redis_url: str) -> None:
+    b = MemoryBroker()
+    b.create(T, 1)
+    b.append(T, "0", *[f"v{i}" for i in range(10)])
+    g = unique()
+
+    async def body(svc: ConsumeService) -> None:
+        await svc.fetch(params(g, max_messages=1))  # registers the consumer at offset 0
+        b.delete_before(T, "0", 10)  # everything expired, log empty at 10
+        states = await svc.store.queue_states(g)
+        await svc.store.unlock(g, "", T, "0", states[0].token)
+        r = await svc.fetch(params(g))
+        assert r["status"] == "empty"
+        assert (await svc.store.queue_states(g))[0].committed == 10
+        b.append(T, "0", "after")
+        await asyncio.sleep(0.06)  # let the watermark cache expire
+        assert values(await svc.fetch(params(g))) == ["after"]
+    run(redis_url, b, body)
+
+
+def test_leading_gap_is_refetched_once_before_it_is_accepted(redis_url: str) -> None:
+    b = MemoryBroker()
+    b.create(T, 1)
+    b.append(T, "0", *[f"v{i}" for i in range(6)])
+    g = unique()
+
+    async def body(svc: ConsumeService) -> None:
+        b.hide_once[(T, "0")] = 3  # a tail race: the first fetch skips records that do exist
+        r = await svc.fetch(params(g))
+        assert values(r) == [f"v{i}" for i in range(6)] and "skipped" not in r
+        assert [f[2] for f in b.fetches] == [0, 0]
+        await svc.ack(r["requestId"])
+        # a real hole (compaction): accepted after one re-check and reported
+        b.append(T, "0", "a", "b", "c")  # offsets 6, 7, 8
+        b.remove(T, "0", 6, 7)
+        await asyncio.sleep(0.06)
+        r = await svc.fetch(params(g))
+        assert r["skipped"] == {"from": 6, "to": 8, "reason": "gap"} and values(r) == ["c"]
+        assert r["offset"] == 6 and r["nextOffset"] == 9
+        assert (await svc.ack(r["requestId"])).committed == 9
+    run(redis_url, b, body)
+
+
+def test_new_partitions_are_picked_up_without_restart(redis_url: str) -> None:
+    b = MemoryBroker()
+    b.create(T, 2)
+    g = unique()
+
+    async def body(svc: ConsumeService) -> None:
+        assert (await svc.fetch(params(g)))["status"] == "empty"
+        b.create(T, 4)
+        b.append(T, "3", "new-partition")
+        await asyncio.sleep(0.06)
+        r = await svc.fetch(params(g, wait_ms=2000))
+        assert r["queue"] == "3" and values(r) == ["new-partition"]
+        assert [q.queue for q in await svc.store.queue_states(g)] == ["0", "1", "2", "3"]
+    run(redis_url, b, body)
+
+
+def test_watermarks_are_listed_once_per_interval_for_many_requests(redis_url: str) -> None:
+    b = MemoryBroker()
+    b.create(T, 3)
+    b.append(T, "1", "x")
+
+    async def body(svc: ConsumeService) -> None:
+        await asyncio.gather(*(svc.fetch(params(unique())) for _ in range(50)))
+        assert b.watermark_calls == 1
+    run(redis_url, b, body, refresh_ms=10_000)
+
+
+def test_unknown_topic_is_404(redis_url: str) -> None:
+    b = MemoryBroker()
+
+    async def body(svc: ConsumeService) -> None:
+        with pytest.raises(ApiError) as e:
+            await svc.fetch(params(unique()))
+        assert e.value.status == 404 and e.value.code == "unknown_topic"
+    run(redis_url, b, body)
+
+
+def test_non_utf8_records_come_back_as_base64(redis_url: str) -> None:
+    b = MemoryBroker()
+    b.create(T, 1)
+    b.append(T, "0", "text")
+    b.logs[T]["0"][1] = b.logs[T]["0"][0].__class__(1, b"\xff", b"\xfe\x00", [("h", b"\x80")], 5)
+    g = unique()
+
+    async def body(svc: ConsumeService) -> None:
+        r = await svc.fetch(params(g))
+        assert r["messages"][0]["encoding"] == "utf8" and r["messages"][0]["value"] == "text"
+        raw = r["messages"][1]
+        assert raw["encoding"] == "base64" and raw["value"] == "/gA=" and raw["key"] == "/w=="
+        assert raw["headers"] == [["h", "gA=="]]
+    run(redis_url, b, body)

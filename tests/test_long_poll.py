@@ -1,0 +1,83 @@
+"""An idle long poll costs a small, bounded number of Redis calls (counted with MONITOR)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+
+import httpx
+import pytest
+import redis
+
+from .conftest import unique
+
+
+def sha(name: str) -> str:
+    text = (resources.files("gateway") / "lua" / f"{name}.lua").read_text()
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+class Monitor:
+    """Collect the top-level commands Redis receives (script-internal calls are excluded)."""
+
+    def __init__(self, url: str) -> None:
+        self.r = redis.Redis.from_url(url)
+        self.lines: list[str] = []
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with self.r.monitor() as m:
+            self.ready.set()
+            for cmd in m.listen():
+                if cmd["client_type"] != "lua":
+                    self.lines.append(cmd["command"])
+                if self.stop.is_set():
+                    return
+
+    def __enter__(self) -> "Monitor":
+        self.t.start()
+        self.ready.wait(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.r.ping()  # wakes the listener so it sees the stop flag
+        self.t.join(5)
+
+    def count(self, script: str) -> int:
+        return sum(1 for c in self.lines if c.startswith("EVALSHA " + sha(script)))
+
+
+@pytest.mark.timeout(120)
+def test_idle_30s_long_polls_cost_few_redis_calls(node_factory, make_topic, redis_url: str) -> None:
+    node = node_factory(metadata_refresh_ms=500)
+    topic = make_topic(6)
+    groups = [unique() for _ in range(10)]
+    with httpx.Client(timeout=60) as http:
+        for g in groups:  # register every consumer at the latest offset
+            assert http.get(node.url + "/message", params={"consumer": g, "topic": topic}).json()["status"] == "empty"
+        with Monitor(redis_url) as mon:
+            start = time.monotonic()
+
+            def poll(g: str) -> dict:
+                return httpx.get(node.url + "/message", timeout=60,
+                                 params={"consumer": g, "topic": topic, "wait_ms": 30_000}).json()
+            with ThreadPoolExecutor(len(groups)) as ex:
+                results = list(ex.map(poll, groups))
+            took = time.monotonic() - start
+    assert all(r["status"] == "empty" for r in results)
+    assert 29.5 < took < 33
+    chooses, watermark_reads = mon.count("choose"), mon.count("watermarks")
+    # per waiting request: the first choose plus one re-check every 5 s
+    assert chooses <= len(groups) * 8, chooses
+    # watermark reads are shared by every waiter of the process: one per refresh interval
+    assert watermark_reads <= 30_000 / 500 + 5, watermark_reads
+    # nothing else but connection upkeep: handshakes for pooled connections and health-check PINGs
+    others = [c for c in mon.lines if not c.startswith("EVALSHA")]
+    assert all(c.split()[0] in ("PING", "HELLO", "CLIENT", "SELECT") for c in others), others
+    assert len(others) <= 2 * len(groups) + 2, others
