@@ -81,3 +81,40 @@ def test_idle_30s_long_polls_cost_few_redis_calls(node_factory, make_topic, redi
     others = [c for c in mon.lines if not c.startswith("EVALSHA")]
     assert all(c.split()[0] in ("PING", "HELLO", "CLIENT", "SELECT") for c in others), others
     assert len(others) <= 2 * len(groups) + 2, others
+
+
+class LuaMonitor(Monitor):
+    """Also keep script-internal commands, to see lease takes (SET ... NX inside the script)."""
+
+    def _run(self) -> None:
+        with self.r.monitor() as m:
+            self.ready.set()
+            for cmd in m.listen():
+                self.lines.append(cmd["command"])
+                if self.stop.is_set():
+                    return
+
+
+@pytest.mark.timeout(120)
+def test_watermark_refresh_is_leased_across_nodes(node_factory, make_topic, redis_url: str) -> None:
+    """Three busy nodes list offsets at most once per refresh interval between them."""
+    nodes = [node_factory(metadata_refresh_ms=250) for _ in range(3)]
+    topic = make_topic(4)
+    lease_key = f"mqgw:{{wm:{topic}}}:lease"
+    with httpx.Client(timeout=30) as http:
+        http.post(nodes[0].url + "/produce", json={"topic": topic, "value": "v"})
+        with LuaMonitor(redis_url) as mon:
+            start = time.monotonic()
+            i = 0
+            while time.monotonic() - start < 3.0:
+                r = http.get(nodes[i % 3].url + "/message",
+                             params={"consumer": unique(), "topic": topic})
+                assert r.status_code == 200
+                i += 1
+            took = time.monotonic() - start
+    leases = [c for c in mon.lines if c.startswith(f"SET {lease_key}")]
+    writes = [c for c in mon.lines if c.startswith("EVALSHA " + sha("watermarks_put"))]
+    assert i > 100
+    # one broker listing per interval cluster-wide (plus a cold start on a topic nobody listed yet)
+    assert 1 <= len(writes) <= took / 0.25 + 3, (len(writes), took)
+    assert len(leases) <= took / 0.25 + 3, (len(leases), took)
