@@ -113,3 +113,65 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 1
             return
         time.sleep(0.05)
     raise TimeoutError(f"topic {topic} did not appear")
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is valid and free too."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 55000)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for a Redis Cluster node")
+
+
+@dataclass
+class RedisCluster:
+    """Several cluster-enabled redis-servers joined into one Redis Cluster (no replicas)."""
+
+    nodes: list[Service]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+
+def start_redis_cluster(size: int = 3) -> RedisCluster:
+    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+    nodes: list[Service] = []
+    try:
+        for _ in range(size):
+            port = _cluster_port()
+            work = tempfile.mkdtemp(prefix="mqgw-rcluster-")
+            proc = _spawn([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                           "--appendonly", "no", "--dir", work, "--cluster-enabled", "yes",
+                           "--cluster-config-file", os.path.join(work, "nodes.conf")],
+                          os.path.join(work, "redis.log"))
+            nodes.append(Service("redis-cluster", port, proc, work))
+            wait_port(port, proc=proc)
+        subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            out = subprocess.run([cli, "-p", str(nodes[0].port), "cluster", "info"],
+                                 capture_output=True, text=True, timeout=5).stdout
+            if "cluster_state:ok" in out:
+                return RedisCluster(nodes)
+            time.sleep(0.1)
+        raise TimeoutError("redis cluster did not become ok")
+    except BaseException:
+        for n in nodes:
+            n.stop()
+        raise

@@ -632,6 +632,54 @@ def test_error_responses(api: Api, shared_topic: str, name: str, method: str, pa
         assert "limit" in body["error"]["details"]
 
 
+def test_fuzzed_requests_match_spec(api: Api, shared_topic: str, done: Callable[[], None]) -> None:
+    """Random bodies: whatever the gateway answers must be a documented status and shape."""
+    import random
+    import string
+
+    rnd = random.Random(20241122)
+    alphabet = string.ascii_letters + string.digits + "._-:{} /\u00e9\x00"
+
+    def junk(depth: int = 0) -> Any:
+        kind = rnd.randrange(7 if depth < 2 else 4)
+        if kind == 0:
+            return "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(12)))
+        if kind == 1:
+            return rnd.choice([0, 1, -1, 2, 1000, 1001, 10**12, True, False])
+        if kind == 2:
+            return None
+        if kind == 3:
+            return rnd.choice([1.5, 2.0, "5", "", "utf8", "base64", "earliest", "aGk="])
+        if kind == 4:
+            return [junk(depth + 1) for _ in range(rnd.randrange(3))]
+        if kind == 5:
+            return {rnd.choice(["value", "key", "headers", "x"]): junk(depth + 1)}
+        return [[junk(depth + 1), junk(depth + 1)]]
+
+    fields = ["topic", "consumer", "clientId", "max", "requestId", "encoding", "value", "key",
+              "headers", "partition", "messages", "timestamp", "start", "consumeTimeoutMs"]
+    targets = [("POST", "/produce", "/produce"), ("POST", "/message", "/message"),
+               ("POST", "/ack", "/ack"), ("POST", "/unlock", "/unlock"),
+               ("PUT", "/consumers/fz/config", "/consumers/{group}/config")]
+    statuses: set[int] = set()
+    for _ in range(120):
+        body = {f: junk() for f in rnd.sample(fields, rnd.randrange(1, 5))}
+        if rnd.random() < 0.6:
+            body["topic"] = shared_topic
+        if rnd.random() < 0.4:
+            body["consumer"] = "fz"
+        for method, path, template in targets:
+            if template == "/consumers/{group}/config" and rnd.random() < 0.5:
+                body = {k: v for k, v in body.items() if k in ("start", "consumeTimeoutMs")}
+                if body.get("consumeTimeoutMs") is None:
+                    body.pop("consumeTimeoutMs", None)  # null is accepted and stores 0 (see report)
+            r = api.http.request(method, api.url(path), json=body)
+            check(r, template)
+            statuses.add(r.status_code)
+    assert 400 in statuses and 200 in statuses
+    done()
+
+
 @pytest.mark.parametrize("method,path", [("GET", "/nope"), ("GET", "/consumers/g"), ("POST", "/consumers/g/queues/x")])
 def test_unknown_route_is_404_error_body(api: Api, method: str, path: str) -> None:
     assert not any(re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", p), path) for p in SPEC["paths"])
