@@ -62,7 +62,7 @@ class ConsumeService:
             acked = ack_body(await self._ack(ref))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + p.wait_ms / 1000
-        skip = ""
+        skip: set[str] = set()  # queues that had nothing readable during this request
         while True:
             wm = await self.wm.get(p.topic)
             version = self.wm.version(p.topic)
@@ -77,7 +77,7 @@ class ConsumeService:
                     if acked is not None:
                         body["ack"] = acked
                     return body
-                skip = chosen.queue  # nothing readable there right now: try the others first
+                skip.add(chosen.queue)  # nothing readable there right now: try the others first
                 continue
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -86,7 +86,7 @@ class ConsumeService:
                     body["ack"] = acked
                 return body
             await self._wait_for_work(p.topic, version, chosen, remaining)
-            skip = ""
+            skip.clear()
 
     async def _wait_for_work(self, topic: str, version: int, none: NoQueue, remaining: float) -> None:
         if none.wake_ms >= 0:
@@ -121,11 +121,21 @@ class ConsumeService:
             res = await self.broker.fetch(p.topic, lock.queue, start, p.max_messages)
             if res.records and res.records[0].offset > start:
                 skipped = {"from": start, "to": res.records[0].offset, "reason": "gap"}
+        elif not res.records and res.end_offset > start:
+            # No records, yet the log ends above us: transaction markers (or aborted records)
+            # fill the range. Confirm once, as for a gap, before moving past it.
+            await asyncio.sleep(self.settings.gap_recheck_ms / 1000)
+            res = await self.broker.fetch(p.topic, lock.queue, start, p.max_messages)
+            if not res.records and res.end_offset > start:
+                skipped = {"from": start, "to": res.end_offset, "reason": "no_records"}
+            elif res.records and res.records[0].offset > start:
+                skipped = {"from": start, "to": res.records[0].offset, "reason": "gap"}
         self.wm.observe(p.topic, lock.queue, res.high_watermark)
         if not res.records:
-            if skipped is not None:  # nothing left past a retention gap: move past it ourselves
+            if skipped is not None:  # nothing readable past the gap: move past it ourselves
                 await self.store.ack(p.group, p.client_id, p.topic, lock.queue, start, skipped["to"],
-                                     lock.token, default_timeout_ms=self.settings.consume_timeout_ms)
+                                     lock.token, default_timeout_ms=self.settings.consume_timeout_ms,
+                                     high_watermark=res.high_watermark)
             else:
                 await self.store.unlock(p.group, p.client_id, p.topic, lock.queue, lock.token,
                                         res.high_watermark)

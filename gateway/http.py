@@ -58,10 +58,12 @@ async def _params(request: Request) -> dict[str, Any]:
     return params
 
 
-def _int(params: dict[str, Any], name: str, default: int, lo: int, hi: int, code: str = "") -> int:
+def _int(params: dict[str, Any], name: str, default: int | None, lo: int, hi: int,
+         code: str = "") -> int:
+    """An integer parameter in [lo, hi]; absent gives ``default`` (None: the value is required)."""
     code = code or f"invalid_{name}"
     v = params.get(name)
-    if v is None or v == "":
+    if (v is None or v == "") and default is not None:
         return default
     try:
         n = int(v) if not isinstance(v, bool) else None
@@ -96,7 +98,9 @@ async def message_route(request: Request) -> Response:
     encoding = p.get("encoding") or "utf8"
     if encoding not in ("utf8", "base64"):
         raise bad_request("invalid_encoding", "encoding must be 'utf8' or 'base64'")
-    rid = p.get("requestId") or ""
+    rid = p.get("requestId")
+    if rid is None:
+        rid = ""
     if not isinstance(rid, str):
         raise bad_request("invalid_request_id", "requestId must be a string")
     params = FetchParams(
@@ -115,7 +119,7 @@ async def message_route(request: Request) -> Response:
 async def _request_id(request: Request) -> str:
     p = await _params(request)
     rid = p.get("requestId")
-    if not rid:
+    if rid is None or rid == "":
         raise bad_request("missing_request_id", "requestId is required")
     if not isinstance(rid, str):
         raise bad_request("invalid_request_id", "requestId must be a string")
@@ -191,7 +195,7 @@ async def config_route(request: Request) -> Response:
             raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
         values: dict[str, str | int] = {}
         if "consumeTimeoutMs" in body:
-            values["consume_timeout_ms"] = _int(body, "consumeTimeoutMs", 0, 100, 86_400_000,
+            values["consume_timeout_ms"] = _int(body, "consumeTimeoutMs", None, 100, 86_400_000,
                                                   "invalid_consume_timeout_ms")
         if "start" in body:
             if body["start"] not in ("latest", "earliest"):

@@ -109,11 +109,12 @@ class OffsetStore:
         default_timeout_ms: int,
         default_start: str,
         client_idle_ms: int,
-        skip: str = "",
+        skip: set[str] | frozenset[str] = frozenset(),
         now: int | None = None,
     ) -> Lock | NoQueue:
+        """Lock the free queue with the largest backlog (ties: least recently used)."""
         args: list[Any] = [topic, now or now_ms(), default_timeout_ms, default_start, address,
-                           client_id, client_idle_ms, skip]
+                           client_id, client_idle_ms, f",{','.join(skip)}," if skip else ""]
         for q, (lo, hi) in watermarks.items():
             args += (q, lo, hi)
         keys = [self.queues_key(group, client_id), self.config_key(group), self.clients_key(group)]

@@ -216,3 +216,26 @@ def test_http_smoke(node: Node) -> None:
     assert httpx.get(node.url + "/healthz").json() == {"status": "ok"}
     r = httpx.get(node.url + "/readyz")
     assert r.status_code == 200 and r.json()["checks"] == {"redis": True, "broker": True}
+
+
+@pytest.mark.timeout(60)
+def test_transaction_markers_do_not_leave_a_phantom_backlog(api: Api, make_topic, bootstrap: str) -> None:
+    """A committed transaction ends with a marker that takes an offset but is never a record."""
+    topic, group = make_topic(1, "tx"), unique()
+    api.config(group, start="earliest")
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("tx")})
+    p.init_transactions(10)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, value=f"t{i}".encode(), partition=0)
+    p.commit_transaction(10)
+    body = _fetch(api, 0, consumer=group, topic=topic, max=100)
+    assert [m["value"] for m in body["messages"]] == [f"t{i}" for i in range(5)]
+    assert api.ack(body["requestId"]).json()["committedOffset"] == 5
+    # the marker at offset 5 is confirmed once, then committed over by the gateway itself
+    assert _fetch(api, 1, consumer=group, topic=topic)["status"] == "empty"
+    view = api.http.get(api.url(f"/consumers/{group}/queues")).json()["queues"]
+    assert [(q["committedOffset"], q["backlog"]) for q in view] == [(6, 0)]
+    api.produce(topic, ["after"])
+    body = _fetch(api, 2, consumer=group, topic=topic, wait_ms=3000)
+    assert [m["value"] for m in body["messages"]] == ["after"] and body["offset"] == 6

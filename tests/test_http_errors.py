@@ -66,7 +66,10 @@ def test_forged_and_altered_request_ids(api: Api, topic: str) -> None:
         for path in ("/ack", "/unlock"):
             expect(api.http.post(api.url(path), json={"requestId": bad}), 400, "invalid_request_id")
     expect(api.http.post(api.url("/ack"), json={}), 400, "missing_request_id")
-    expect(api.http.post(api.url("/ack"), json={"requestId": 5}), 400, "invalid_request_id")
+    for bad in (5, 0, False, []):
+        expect(api.http.post(api.url("/ack"), json={"requestId": bad}), 400, "invalid_request_id")
+        expect(api.http.post(api.url("/message"), json={"consumer": g, "topic": topic, "requestId": bad}),
+               400, "invalid_request_id")
     assert api.ack(rid).json()["result"] == "committed"
 
 
@@ -121,6 +124,8 @@ def test_ack_unknown_queue_and_routes(api: Api) -> None:
     expect(api.http.put(api.url(f"/consumers/{unique()}/config"), json={"start": "middle"}), 400,
            "invalid_start")
     expect(api.http.put(api.url(f"/consumers/{unique()}/config"), json={"consumeTimeoutMs": 5}), 400,
+           "invalid_consume_timeout_ms")
+    expect(api.http.put(api.url(f"/consumers/{unique()}/config"), json={"consumeTimeoutMs": None}), 400,
            "invalid_consume_timeout_ms")
     expect(api.http.put(api.url(f"/consumers/{unique()}/config"), json={"x": 1}), 400, "unknown_field")
     expect(api.http.get(api.url("/consumers/bad:name/queues")), 400, "invalid_consumer")

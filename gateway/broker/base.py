@@ -32,6 +32,9 @@ class FetchResult:
     #: The requested offset is below the earliest retained one; ``low_watermark`` says where data starts.
     out_of_range: bool = False
     low_watermark: int = -1
+    #: With no records: the offset the broker says the readable log ends at, when it is above the
+    #: requested one (offsets taken by transaction markers or aborted records), else -1.
+    end_offset: int = -1
 
 
 @dataclass(slots=True)

@@ -221,6 +221,7 @@ class KafkaBroker(Broker):
         records: list[Record] = []
         error: KafkaError | None = None
         eof = gap = dropped = False
+        eof_offset = -1
         deadline = time.monotonic() + _FETCH_WAIT_S
         while len(records) < max_records and not (eof or gap or error):
             # Take what is already queued without blocking; block only for the first new message.
@@ -242,6 +243,7 @@ class KafkaBroker(Broker):
                 if err is not None:
                     eof = err.code() == KafkaError._PARTITION_EOF
                     error = None if eof else err
+                    eof_offset = m.offset() if eof else -1
                 elif records and m.offset() != records[-1].offset + 1:
                     gap = True  # a hole inside the batch: stop before it so the caller re-checks it
                 else:
@@ -264,7 +266,8 @@ class KafkaBroker(Broker):
             if error.code() in _UNKNOWN:
                 raise UnknownTopic(topic)
             raise BrokerUnavailable(str(error))
-        return FetchResult(records, hw if hw is not None and hw >= 0 else -1)
+        end = eof_offset if not records and eof_offset > offset else -1
+        return FetchResult(records, hw if hw is not None and hw >= 0 else -1, end_offset=end)
 
     # -- produce --------------------------------------------------------------------------
     async def produce(self, topic: str, messages: list[OutgoingMessage]) -> list[ProduceResult]:

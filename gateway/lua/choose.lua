@@ -3,7 +3,7 @@
 -- KEYS[1] consumer hash   KEYS[2] consumer config hash   KEYS[3] broadcast client registry (zset)
 -- ARGV[1] topic  ARGV[2] now (ms)  ARGV[3] default consume timeout (ms)  ARGV[4] default start
 -- ARGV[5] client address  ARGV[6] clientId ('' in cluster mode)  ARGV[7] client idle ttl (ms)
--- ARGV[8] queue to skip ('' for none)  ARGV[9..] triples: queue id, low watermark, high watermark
+-- ARGV[8] queues to skip, as ',q1,q2,' ('' for none)  ARGV[9..] triples: queue id, low watermark, high watermark
 --
 -- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr.
 -- max never goes down; com starts at the latest (or earliest) offset; a lock is free when 0 or older
@@ -54,7 +54,7 @@ for i = 0, n - 1 do
     writes[#writes + 1] = com
   end
   local backlog = mx - com
-  if backlog > 0 and q ~= skip then
+  if backlog > 0 and not string.find(skip, ',' .. q .. ',', 1, true) then
     if lock == 0 or now - lock >= timeout then
       if best == nil or backlog > best_backlog or (backlog == best_backlog and acc < best_acc) then
         best, best_backlog, best_acc, best_com, best_max, best_lock = q, backlog, acc, com, mx, lock

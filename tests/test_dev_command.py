@@ -1,0 +1,55 @@
+"""``make run`` (``mqgw dev``): starts Redis, the broker and the gateway; Ctrl-C stops all of it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from gateway import devstack
+
+from .conftest import ROOT
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.timeout(90)
+def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
+    port = devstack.free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP", "MQGW_REDIS_URL", "MQGW_KAFKA_BOOTSTRAP")}
+    log = tmp_path / "dev.log"
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "dev", "--port", str(port), "--workers", "1"],
+                            cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while "Ctrl-C stops" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.1)
+        text = log.read_text()
+        redis_port = int(re.search(r"redis://127\.0\.0\.1:(\d+)", text).group(1))
+        broker_port = int(re.search(r"broker \(Tansu\)\s+127\.0\.0\.1:(\d+)", text).group(1))
+        base = f"http://127.0.0.1:{port}"
+        assert f"curl -s -XPOST {base}/produce" in text
+        r = httpx.post(base + "/produce", json={"topic": "demo", "messages": [{"value": "hi"}]})
+        assert r.status_code == 200 and r.json()["failed"] == 0
+        assert httpx.get(base + "/readyz").status_code == 200
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
+        assert proc.wait(30) == 0
+        for p in (port, redis_port, broker_port):
+            assert not listening(p), f"port {p} still open after Ctrl-C"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
