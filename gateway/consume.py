@@ -15,7 +15,7 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
-from .broker import Broker, Record
+from .broker import Broker, FetchResult, Record
 from .config import Settings
 from .errors import bad_request
 from .requestid import BatchRef, RequestIdCodec
@@ -105,31 +105,38 @@ class ConsumeService:
             if self.wm.version(topic) != version:
                 return
 
+    async def _read(self, p: FetchParams, queue: str, start: int) -> tuple[FetchResult, dict | None]:
+        """Fetch at ``start``; return the result and what was skipped over, if anything.
+
+        Offsets missing at the start of a read (records begin above ``start``, or there are no
+        records but the log ends above it) are legitimate on Apache Kafka for compaction and
+        transaction markers, but a fetch racing a producer at the tail can also skip records
+        that become readable a moment later. So such a hole is accepted only after one more
+        look; a committed offset never jumps over records that were never returned otherwise.
+        """
+        res = await self.broker.fetch(p.topic, queue, start, p.max_messages)
+        if res.out_of_range and res.low_watermark > start:
+            res2 = await self.broker.fetch(p.topic, queue, res.low_watermark, p.max_messages)
+            return res2, {"from": start, "to": res.low_watermark, "reason": "out_of_retention"}
+        if _first_offset(res) > start:
+            await asyncio.sleep(self.settings.gap_recheck_ms / 1000)
+            res = await self.broker.fetch(p.topic, queue, start, p.max_messages)
+            first = _first_offset(res)
+            if first > start:
+                return res, {"from": start, "to": first, "reason": "gap" if res.records else "no_records"}
+        return res, None
+
     async def _pull(self, p: FetchParams, lock: Lock) -> dict[str, Any] | None:
         """Read the locked queue; None (with the lock released or the gap committed) if empty."""
         start = lock.committed
-        res = await self.broker.fetch(p.topic, lock.queue, start, p.max_messages)
-        skipped: dict[str, Any] | None = None
-        if res.out_of_range and res.low_watermark > start:
-            skipped = {"from": start, "to": res.low_watermark, "reason": "out_of_retention"}
-            res = await self.broker.fetch(p.topic, lock.queue, res.low_watermark, p.max_messages)
-        elif res.records and res.records[0].offset > start:
-            # Offsets missing at the start of a batch: on Apache Kafka only compaction or
-            # transaction markers do that, but a fetch racing a producer at the tail can also
-            # skip records that become readable a moment later. Look once more before accepting.
-            await asyncio.sleep(self.settings.gap_recheck_ms / 1000)
-            res = await self.broker.fetch(p.topic, lock.queue, start, p.max_messages)
-            if res.records and res.records[0].offset > start:
-                skipped = {"from": start, "to": res.records[0].offset, "reason": "gap"}
-        elif not res.records and res.end_offset > start:
-            # No records, yet the log ends above us: transaction markers (or aborted records)
-            # fill the range. Confirm once, as for a gap, before moving past it.
-            await asyncio.sleep(self.settings.gap_recheck_ms / 1000)
-            res = await self.broker.fetch(p.topic, lock.queue, start, p.max_messages)
-            if not res.records and res.end_offset > start:
-                skipped = {"from": start, "to": res.end_offset, "reason": "no_records"}
-            elif res.records and res.records[0].offset > start:
-                skipped = {"from": start, "to": res.records[0].offset, "reason": "gap"}
+        try:
+            res, skipped = await self._read(p, lock.queue, start)
+        except BaseException:
+            # The broker failed (or the client went away): free the queue for the next fetch now
+            # rather than after the consume timeout.
+            await asyncio.shield(self.store.unlock(p.group, p.client_id, p.topic, lock.queue,
+                                                   lock.token))
+            raise
         self.wm.observe(p.topic, lock.queue, res.high_watermark)
         if not res.records:
             if skipped is not None:  # nothing readable past the gap: move past it ourselves
@@ -198,6 +205,11 @@ def ack_body(r: AckResult) -> dict[str, Any]:
 
 def ack_status(r: AckResult) -> int:
     return _ACK_STATUS[r.result]
+
+
+def _first_offset(res: FetchResult) -> int:
+    """Where readable data starts in a fetch result, -1 if it says nothing."""
+    return res.records[0].offset if res.records else res.end_offset
 
 
 def encode_records(records: list[Record], encoding: str) -> list[dict[str, Any]]:

@@ -108,13 +108,13 @@ def _fetch(api: Api, node: int, **params) -> dict:
 @pytest.mark.timeout(60)
 def test_stale_ack_after_expiry_and_retake_is_rejected(api: Api, make_topic) -> None:
     topic, group = make_topic(1), unique()
-    api.config(group, start="earliest", consumeTimeoutMs=500)
+    api.config(group, start="earliest", consumeTimeoutMs=2000)
     api.produce(topic, ["x1", "x2", "x3"])
     a = _fetch(api, 0, consumer=group, topic=topic)
     assert a["status"] == "ok" and a["redelivered"] is False and a["offset"] == 0
     # locked: nobody else gets the queue
     assert _fetch(api, 1, consumer=group, topic=topic)["status"] == "empty"
-    time.sleep(0.6)
+    time.sleep(2.1)
     b = _fetch(api, 1, consumer=group, topic=topic)
     assert b["status"] == "ok" and b["redelivered"] is True and b["offset"] == 0
     assert [m["value"] for m in b["messages"]] == ["x1", "x2", "x3"]
