@@ -9,8 +9,11 @@ APT_GET := $(shell [ "$$(id -u)" = 0 ] && echo apt-get || echo sudo apt-get)
 
 deps: system $(STAMP)
 
-# Debian packages the gateway and its tests need at run time.
+# Debian packages the gateway and its tests need: redis-server, and venv support for python3.
 system:
+	@$(PY) -c "import ensurepip, venv" >/dev/null 2>&1 || { \
+	  echo "installing python3-venv (Debian package)"; \
+	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq python3-venv >/dev/null; }
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "installing redis-server (Debian package)"; \
 	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq redis-server >/dev/null; \

@@ -66,6 +66,74 @@ class Window:
         print("end", flush=True)
 
 
+def _server_inodes(port: int, client_ports: set[int]) -> dict[int, str]:
+    """Client port -> inode of the gateway-side socket of that connection (from /proc/net/tcp)."""
+    out = {}
+    with open("/proc/net/tcp") as fh:
+        next(fh)
+        for line in fh:
+            f = line.split()
+            lport = int(f[1].rsplit(":", 1)[1], 16)
+            rport = int(f[2].rsplit(":", 1)[1], 16)
+            if lport == port and rport in client_ports:
+                out[rport] = f[9]
+    return out
+
+
+def _owner(inode: str, pids: list[int]) -> int:
+    target = f"socket:[{inode}]"
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return pid
+            except OSError:
+                continue
+    return 0
+
+
+async def open_connections(port: int, n: int, workers: list[int]) -> tuple[list[httpc.Connection], dict]:
+    """Open ``n`` keep-alive connections, spread evenly over the gateway's worker processes.
+
+    uvicorn's workers share one listening socket and the first to wake accepts a whole burst
+    of connections, so 16 connections opened at once often land 16/0 on two workers. With
+    ``workers`` given, connections are opened one by one (each one served once, so it is
+    accepted) and a connection whose worker already has its share is set aside and closed at
+    the end: the measured clients are split like a balancer (or SO_REUSEPORT) would split them.
+    """
+    if not workers:
+        return [await httpc.connect(HOST, port) for _ in range(n)], {"balanced": False}
+    quota = {pid: n // len(workers) + (1 if i < n % len(workers) else 0) for i, pid in enumerate(workers)}
+    have = {pid: 0 for pid in workers}
+    keep: list[httpc.Connection] = []
+    spare: list[httpc.Connection] = []
+    ping = httpc.get("/healthz")
+    attempts = 0
+    while len(keep) < n and attempts < 40 * n:
+        attempts += 1
+        conn = await httpc.connect(HOST, port)
+        await conn.request(ping)
+        cport = conn._transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
+        inode = _server_inodes(port, {cport}).get(cport)
+        pid = _owner(inode, workers) if inode else 0
+        if pid and have[pid] < quota[pid]:
+            have[pid] += 1
+            keep.append(conn)
+        else:
+            spare.append(conn)
+            if len(spare) > 4 * n:  # the eager worker keeps winning: give the others time to wake
+                for c in spare:
+                    c.close()
+                spare.clear()
+                await asyncio.sleep(0.05)
+    for c in spare:
+        c.close()
+    while len(keep) < n:  # could not balance: take what comes
+        keep.append(await httpc.connect(HOST, port))
+    return keep, {"balanced": all(have[p] == quota[p] for p in workers), "attempts": attempts,
+                  "per_worker": {str(p): have[p] for p in workers}}
+
+
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -88,7 +156,7 @@ def produce_requests(topic: str, per_request: int, value_size: int, variants: in
 
 async def run_produce(spec: dict[str, Any]) -> dict[str, Any]:
     reqs = produce_requests(spec["topic"], spec["per_request"], spec["value_size"])
-    conns = [await httpc.connect(HOST, spec["port"]) for _ in range(spec["concurrency"])]
+    conns, placement = await open_connections(spec["port"], spec["concurrency"], spec.get("balance", []))
     win = Window(spec["warmup"], spec["duration"])
     lat: list[int] = []
     stats = {"requests": 0, "records": 0, "errors": 0, "failed_records": 0, "error_samples": []}
@@ -123,7 +191,7 @@ async def run_produce(spec: dict[str, Any]) -> dict[str, Any]:
     for c in conns:
         c.close()
     d = spec["duration"]
-    return {**stats, "duration_s": d, "req_per_s": stats["requests"] / d,
+    return {**stats, "placement": placement, "duration_s": d, "req_per_s": stats["requests"] / d,
             "records_per_s": stats["records"] / d, "latency_ms": percentiles(lat),
             "loadgen_cpu_pct": round(100 * (win.cpu1 - win.cpu0) / d, 1)}
 
@@ -134,7 +202,7 @@ async def run_consume(spec: dict[str, Any]) -> dict[str, Any]:
             f"&max={spec['max']}")
     fetch_req = httpc.get(base)
     piggyback = spec.get("ack", "separate") == "piggyback"
-    conns = [await httpc.connect(HOST, spec["port"]) for _ in range(spec["concurrency"])]
+    conns, placement = await open_connections(spec["port"], spec["concurrency"], spec.get("balance", []))
     win = Window(spec["warmup"], spec["duration"])
     lat_msg: list[int] = []
     lat_ack: list[int] = []
@@ -211,7 +279,7 @@ async def run_consume(spec: dict[str, Any]) -> dict[str, Any]:
     for c in conns:
         c.close()
     d = spec["duration"]
-    return {**stats, "duration_s": d, "records_per_s": stats["records"] / d,
+    return {**stats, "placement": placement, "duration_s": d, "records_per_s": stats["records"] / d,
             "fetch_per_s": stats["fetches"] / d, "ack_per_s": stats["acks"] / d,
             "message_latency_ms": percentiles(lat_msg), "ack_latency_ms": percentiles(lat_ack),
             "loadgen_cpu_pct": round(100 * (win.cpu1 - win.cpu0) / d, 1)}

@@ -284,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--workers", type=int, default=2, help="uvicorn workers (2)")
     ap.add_argument("--phases", default="p1,p100,f32,f1000,f32pb")
+    ap.add_argument("--no-balance", action="store_true",
+                    help="open the connections all at once and let the workers' shared accept decide"
+                         " (often 16/0); by default they are spread evenly over the workers")
     ap.add_argument("--gateway-env", action="append", default=[], metavar="K=V",
                     help="extra environment for the gateway, e.g. MQGW_FETCH_POOL_SIZE=16")
     ap.add_argument("--profile", action="store_true",
@@ -343,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                           "workers": workers}
 
         common = {"port": gw.port, "concurrency": args.concurrency, "duration": args.duration,
-                  "warmup": args.warmup}
+                  "warmup": args.warmup, "balance": [] if args.no_balance else workers}
         specs: dict[str, dict[str, Any]] = {
             "p1": {"kind": "produce", "topic": PRODUCE_TOPIC, "per_request": 1, "value_size": args.value_size},
             "p100": {"kind": "produce", "topic": PRODUCE_TOPIC, "per_request": 100,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
 from typing import AsyncIterator
 
 import redis.asyncio as aioredis
@@ -30,7 +30,7 @@ from .store import OffsetStore
 from .watermarks import Watermarks
 
 log = logging.getLogger("mqgw")
-_SPEC = Path(__file__).resolve().parent.parent / "openapi.yaml"
+_SPEC = resources.files("gateway") / "openapi.yaml"  # a link to the top-level spec, packaged as data
 
 
 @dataclass
@@ -65,7 +65,10 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
         store = OffsetStore(r, settings.key_prefix)
         wm = Watermarks(store, b, settings.metadata_refresh_ms)
         consume = ConsumeService(settings, store, b, wm, RequestIdCodec(settings.hmac_key))
-        spec = _SPEC.read_bytes() if _SPEC.exists() else b""
+        spec = _SPEC.read_bytes() if _SPEC.is_file() else b""
+        if settings.hmac_key == Settings.hmac_key:
+            log.warning("MQGW_HMAC_KEY is the public default: anyone can forge requestIds. "
+                        "Set a secret key shared by all nodes.")
         app.state.gw = Gateway(settings, r, store, b, consume, spec)
         try:
             yield
@@ -96,7 +99,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _unknown_topic(request: Request, exc: Exception) -> Response:
-    return JSON({"error": {"code": "unknown_topic", "message": f"topic {exc} does not exist"}},
+    return JSON({"error": {"code": "unknown_topic", "message": f"topic {str(exc)!r} does not exist"}},
                 status_code=404)
 
 

@@ -45,12 +45,13 @@ def dev(args: argparse.Namespace) -> int:
         started.append(devstack.Service("gateway", args.port, gw))
         devstack.wait_port(args.port, timeout=30, proc=gw)
         base = f"http://{args.host}:{args.port}"
+        _put_json(f"{base}/consumers/demo-group/config", {"start": "earliest"})
         print(f"""
 mq-gateway is up at {base}   (API description: {base}/openapi.yaml)
 
   curl -s -XPOST {base}/produce -H 'content-type: application/json' \\
        -d '{{"topic":"demo","messages":[{{"key":"k1","value":"hello"}}]}}'
-  curl -s '{base}/message?consumer=demo-group&topic=demo&wait_ms=5000'
+  curl -s '{base}/message?consumer=demo-group&topic=demo&wait_ms=5000'   # demo-group starts at earliest
   curl -s -XPOST {base}/ack -d '{{"requestId":"<requestId from /message>"}}'
 
 Ctrl-C stops the gateway and everything started with it.""", flush=True)
@@ -63,6 +64,21 @@ Ctrl-C stops the gateway and everything started with it.""", flush=True)
     finally:
         for s in reversed(started):
             s.stop()
+
+
+def _put_json(url: str, body: dict) -> None:
+    """Let the banner's example consumer read what the example producer wrote before it."""
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="PUT",
+                                 headers={"content-type": "application/json"})
+    for _ in range(50):
+        try:
+            urllib.request.urlopen(req, timeout=5).read()
+            return
+        except OSError:
+            time.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,6 +54,9 @@ class Settings:
         if path:
             with open(path, "rb") as fh:
                 values.update(tomllib.load(fh).get("gateway", {}))
+            unknown = set(values) - {f.name for f in fields(cls)}
+            if unknown:
+                raise ValueError(f"{path}: unknown [gateway] setting(s): {', '.join(sorted(unknown))}")
         for f in fields(cls):
             for name in (f"MQGW_{f.name.upper()}", f.name.upper()):
                 if name in env and (name.startswith("MQGW_") or f.name in _BARE_ENV):

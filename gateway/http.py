@@ -228,7 +228,10 @@ async def readyz(request: Request) -> Response:
 
 
 async def openapi_route(request: Request) -> Response:
-    return Response(_state(request).openapi, media_type="application/yaml")
+    spec = _state(request).openapi
+    if not spec:
+        raise ApiError(404, "not_found", "openapi.yaml is not installed with this gateway")
+    return Response(spec, media_type="application/yaml")
 
 
 routes = [

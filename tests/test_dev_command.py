@@ -45,6 +45,11 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
         r = httpx.post(base + "/produce", json={"topic": "demo", "messages": [{"value": "hi"}]})
         assert r.status_code == 200 and r.json()["failed"] == 0
         assert httpx.get(base + "/readyz").status_code == 200
+        # the banner's example consumer sees what the banner's example producer wrote
+        got = httpx.get(base + "/message", params={"consumer": "demo-group", "topic": "demo",
+                                                   "wait_ms": 5000}, timeout=10).json()
+        assert [m["value"] for m in got["messages"]] == ["hi"]
+        assert httpx.get(base + "/openapi.yaml").text.startswith("openapi:")
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
         assert proc.wait(30) == 0
         for p in (port, redis_port, broker_port):
