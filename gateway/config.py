@@ -39,8 +39,9 @@ class Settings:
     max_body_bytes: int = 8 * 1024 * 1024
     #: Largest number of messages in one produce request.
     max_produce_batch: int = 10_000
-    #: Pooled fetch consumers per process.
-    fetch_pool_size: int = 8
+    #: Pooled fetch consumers per process; each stays on one partition while it can, so about
+    #: the number of partitions one process reads at once.
+    fetch_pool_size: int = 16
     #: Pause before re-fetching when a fetch starts above the requested offset (tail race).
     gap_recheck_ms: int = 30
     #: How long a produce waits for the broker's acknowledgement.

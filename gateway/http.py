@@ -155,12 +155,16 @@ async def queues_route(request: Request) -> Response:
     timeout = int(cfg.get("consume_timeout_ms") or gw.settings.consume_timeout_ms)
     now = now_ms()
     out = []
-    for q in await gw.store.queue_states(group, client_id):
+    states = await gw.store.queue_states(group, client_id)
+    # The consumer's own max only moves when it polls; the shared watermarks keep moving.
+    shared = {t: await gw.store.shared_watermarks(t) for t in {q.topic for q in states}}
+    for q in states:
         age = now - q.lock_ms if q.lock_ms else None
+        max_offset = max(q.max_offset, shared[q.topic].get(q.queue, (0, 0))[1])
         out.append({
             "topic": q.topic, "queue": q.queue,
-            "maxOffset": q.max_offset, "committedOffset": q.committed,
-            "backlog": max(0, q.max_offset - q.committed),
+            "maxOffset": max_offset, "committedOffset": q.committed,
+            "backlog": max(0, max_offset - q.committed),
             "locked": age is not None and age < timeout,
             "lockAgeMs": age, "lockToken": q.token,
             "lastAccessMs": q.access_ms or None,

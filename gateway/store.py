@@ -153,6 +153,13 @@ class OffsetStore:
             wm[q] = (int(fields.get(f"{q}:lo", 0)), int(fields.get(f"{q}:hi", 0)))
         return bool(int(lease)), wm, int(fields.get("ts", 0))
 
+    async def shared_watermarks(self, topic: str) -> dict[str, tuple[int, int]]:
+        """The last watermarks any node listed for ``topic`` (no lease, for views)."""
+        raw = await self.redis.hgetall(self.watermark_keys(topic)[0])
+        fields = {_s(k): _s(v) for k, v in raw.items()}
+        return {q: (int(fields.get(f"{q}:lo", 0)), int(fields.get(f"{q}:hi", 0)))
+                for q in filter(None, fields.get("queues", "").split(","))}
+
     async def write_watermarks(self, topic: str, wm: dict[str, tuple[int, int]]) -> None:
         args: list[Any] = [now_ms(), ",".join(wm)]
         for q, (lo, hi) in wm.items():

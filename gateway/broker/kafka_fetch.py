@@ -1,0 +1,166 @@
+"""Reading Kafka at explicit offsets through a pool of long-lived consumers.
+
+Seeking a librdkafka consumer throws away what it prefetched and costs a fetch round
+trip (plus parsing up to ``fetch.max.bytes`` of records to use a few). So each pooled
+consumer stays assigned to the partition it last read, and the next read of that
+partition goes to it: at its position it serves straight from memory; a little ahead
+of it (another gateway process served the batch in between) it skips forward through
+records it already holds. Only a read behind it (a redelivery) or far ahead seeks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from ..errors import BrokerUnavailable
+from .base import FetchResult, Record, UnknownTopic
+
+_OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
+UNKNOWN_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+#: How long a read waits for the first record of a queue believed to have a backlog.
+FETCH_WAIT_S = 1.0
+#: Skip forward through at most this many held records before seeking instead.
+SKIP_AHEAD = 5000
+
+
+class PooledConsumer:
+    __slots__ = ("consumer", "topic", "partition", "position", "at_eof", "used")
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.topic = ""
+        self.partition = -1
+        self.position = -1  # next offset this consumer returns without a seek; -1 unknown
+        self.at_eof = False  # it reported end-of-partition at ``position``
+        self.used = 0.0
+
+    def can_continue_to(self, topic: str, partition: int, offset: int) -> bool:
+        return (self.topic == topic and self.partition == partition and not self.at_eof
+                and 0 <= self.position <= offset <= self.position + SKIP_AHEAD)
+
+
+class FetchPool:
+    def __init__(self, make_consumer: Callable[[], Consumer], size: int,
+                 run: Callable[..., Any]) -> None:
+        self._all = [PooledConsumer(make_consumer()) for _ in range(size)]
+        self._idle = list(self._all)
+        self._cond = asyncio.Condition()
+        self._run = run  # runs a blocking call in the broker's thread pool
+
+    def close(self) -> None:
+        for pc in self._all:
+            pc.consumer.close()
+
+    async def fetch(self, topic: str, partition: int, offset: int, max_records: int) -> FetchResult:
+        pc = await self._acquire(topic, partition)
+        try:
+            return await self._run(read, pc, topic, partition, offset, max_records)
+        finally:
+            async with self._cond:
+                pc.used = time.monotonic()
+                self._idle.append(pc)
+                self._cond.notify()
+
+    async def _acquire(self, topic: str, partition: int) -> PooledConsumer:
+        """The idle consumer already on this partition, else the least recently used one."""
+        async with self._cond:
+            while not self._idle:
+                await self._cond.wait()
+            mine = [pc for pc in self._idle if pc.topic == topic and pc.partition == partition]
+            pc = mine[0] if mine else min(self._idle, key=lambda c: c.used)
+            self._idle.remove(pc)
+            return pc
+
+
+def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_records: int) -> FetchResult:
+    """Blocking: return up to ``max_records`` readable from ``offset`` now (runs in a thread)."""
+    c = pc.consumer
+    tp = TopicPartition(topic, partition, offset)
+    reused = pc.can_continue_to(topic, partition, offset)
+    records: list[Record] = []
+    if reused and pc.position < offset:
+        reused, records = _skip_to(pc, offset)
+    if not reused:
+        c.assign([tp])
+    pc.topic, pc.partition, pc.position, pc.at_eof = topic, partition, -1, False
+    error: KafkaError | None = None
+    eof = gap = dropped = False
+    eof_offset = -1
+    deadline = time.monotonic() + FETCH_WAIT_S
+    while len(records) < max_records and not (eof or gap or error):
+        # Take what is already queued without blocking; block only for the first new message.
+        msgs = c.consume(max_records - len(records), 0)
+        if not msgs:
+            remaining = deadline - time.monotonic()
+            m = c.poll(remaining) if remaining > 0 else None
+            if m is None:
+                break
+            msgs = [m]
+        for i, m in enumerate(msgs):
+            err = m.error()
+            if err is not None and err.code() == KafkaError._PARTITION_EOF and not records and reused:
+                # An EOF left over from the previous batch on this consumer: look again afresh.
+                c.assign([tp])
+                reused = False
+                deadline = time.monotonic() + FETCH_WAIT_S
+                break
+            if err is not None:
+                eof = err.code() == KafkaError._PARTITION_EOF
+                error = None if eof else err
+                eof_offset = m.offset() if eof else -1
+            elif records and m.offset() != records[-1].offset + 1:
+                gap = True  # a hole inside the batch: stop before it so the caller re-checks it
+            else:
+                records.append(_record(m))
+                continue
+            dropped = gap or i + 1 < len(msgs)
+            break
+    if records and error is None and not dropped:
+        pc.position, pc.at_eof = records[-1].offset + 1, eof
+    try:
+        hw = c.get_watermark_offsets(TopicPartition(topic, partition), cached=True)[1]
+    except KafkaException:
+        hw = -1
+    if error is not None and not records:
+        if error.code() in _OUT_OF_RANGE:
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=5)
+            return FetchResult([], hi, out_of_range=True, low_watermark=lo)
+        if error.code() in UNKNOWN_CODES:
+            raise UnknownTopic(topic)
+        raise BrokerUnavailable(str(error))
+    end = eof_offset if not records and eof_offset > offset else -1
+    return FetchResult(records, hw if hw is not None and hw >= 0 else -1, end_offset=end)
+
+
+def _skip_to(pc: PooledConsumer, offset: int) -> tuple[bool, list[Record]]:
+    """Discard held records below ``offset``; (False, []) means: seek instead.
+
+    Records at or past ``offset`` met on the way are kept: they start the batch.
+    """
+    c = pc.consumer
+    pos = pc.position
+    while pos < offset:
+        msgs = c.consume(min(offset - pos, 1000), 0)
+        if not msgs:
+            return False, []  # nothing held: a seek costs the same round trip and is simpler
+        for i, m in enumerate(msgs):
+            if m.error() is not None:
+                return False, []
+            if m.offset() >= offset:
+                kept = [_record(x) for x in msgs[i:] if x.error() is None]
+                if len(kept) != len(msgs) - i or any(
+                        b.offset != a.offset + 1 for a, b in zip(kept, kept[1:])):
+                    return False, []
+                return True, kept
+            pos = m.offset() + 1
+    return True, []
+
+
+def _record(m: Any) -> Record:
+    ts_type, ts = m.timestamp()
+    return Record(m.offset(), m.key(), m.value(), list(m.headers() or ()), ts if ts_type else -1)

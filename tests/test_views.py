@@ -1,0 +1,42 @@
+"""Queue views show what an operator needs, including consumers that stopped polling."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .conftest import Api, unique
+
+
+@pytest.mark.timeout(60)
+def test_idle_consumer_backlog_keeps_growing_in_the_view(api: Api, make_topic) -> None:
+    topic, idle, busy = make_topic(2), unique(), unique()
+    for g in (idle, busy):
+        assert api.message(consumer=g, topic=topic).json()["status"] == "empty"  # both at latest
+    # One record per request, so one per broker batch: the test broker's ListOffsets answers
+    # the last batch's base offset + 1, not the high watermark (see ../shared/notes).
+    for i in range(10):
+        api.produce(topic, [f"v{i}"], partition=1)
+    time.sleep(0.25)  # past metadata_refresh_ms (100 ms in tests)
+    assert api.message(consumer=busy, topic=topic).json()["status"] == "ok"  # refreshes watermarks
+    view = api.http.get(api.url(f"/consumers/{idle}/queues")).json()
+    by_queue = {q["queue"]: q for q in view["queues"]}
+    assert by_queue["1"]["backlog"] == 10 and by_queue["1"]["committedOffset"] == 0
+    assert by_queue["0"]["backlog"] == 0
+    assert by_queue["1"]["locked"] is False and by_queue["1"]["lockAgeMs"] is None
+
+
+@pytest.mark.timeout(60)
+def test_view_shows_lock_age_and_client(api: Api, make_topic) -> None:
+    topic, g = make_topic(1), unique()
+    api.config(g, start="earliest", consumeTimeoutMs=10_000)
+    for v in ("a", "b"):  # one record per broker batch, as above
+        api.produce(topic, [v])
+    time.sleep(0.25)
+    api.http.get(api.url("/message"), params={"consumer": g, "topic": topic, "max": 1},
+                 headers={"x-forwarded-for": "10.1.2.3"})
+    time.sleep(0.2)
+    q = api.http.get(api.url(f"/consumers/{g}/queues")).json()["queues"][0]
+    assert q["locked"] is True and 150 <= q["lockAgeMs"] < 10_000
+    assert q["lastClientAddress"] == "10.1.2.3" and q["backlog"] == 2 and q["lockToken"] == 1
