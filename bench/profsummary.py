@@ -48,12 +48,11 @@ def main() -> None:
                 continue
             count = int(n)
             frames = stack.split(";")
-            thread = frames[0] if frames and frames[0].startswith(("thread", "process")) else ""
-            body = frames[1:] if thread else frames
-            if body and body[0].startswith("thread"):
-                thread, body = body[0], body[1:]
-            kind = "event loop" if any("uvloop" in f or "asyncio" in f or "run (uvicorn" in f
-                                       for f in body[:6]) else (thread.split("(")[-1].rstrip(")") or "?")
+            body = frames
+            kind = "?"
+            if frames and frames[0].startswith("thread ("):  # py-spy --threads: "thread (tid): name"
+                kind = re.sub(r"_\d+$", "_N", frames[0].split(": ", 1)[-1])
+                body = frames[1:]
             threads[kind] += count
             total += count
             names = [frame_name(f) for f in body]

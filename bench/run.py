@@ -11,10 +11,14 @@ Phases (each measured for --duration seconds after --warmup seconds):
   f32      GET /message max=32 + POST /ack, 16 consumers in one group, over a backlog
   f1000    the same with max=1000
   f32pb    (extra) max=32 with the ack piggy-backed on the next /message (requestId=...)
+  f32r     (extra) f32 paced at the target's 40,000 records/s: latency at that load, not at saturation
 
 The load generator (bench/loadgen.py) is a separate process: asyncio on uvloop with a
-minimal keep-alive HTTP/1.1 client (bench/httpc.py). Results: a table on stdout and
-JSON in bench/results/latest.json (plus a timestamped copy).
+minimal keep-alive HTTP/1.1 client (bench/httpc.py); its connections are spread evenly
+over the gateway's workers (--no-balance: as the shared accept socket deals them).
+Results: a table on stdout and JSON in bench/results/latest.json (plus a timestamped
+copy). --profile adds py-spy and perf profiles of every phase; --gateway-src DIR serves
+another copy of the gateway package (e.g. with bench/experiments/*.patch applied).
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ from gateway.cli import _serve_cmd  # noqa: E402
 
 RESULTS = HERE / "results"
 BACKLOG_TOPIC = "bench-backlog"
-PRODUCE_TOPIC = "bench-produce"
+PRODUCE_TOPIC = "bench-produce"  # a fresh topic per produce phase (-p1, -p100), so that what one
+                                 # phase left in the broker does not slow the next one down
 
 TARGETS = {
     "p1": "single-record produce >= 8,000 req/s at concurrency 16 with p99 < 10 ms",
@@ -109,12 +114,14 @@ def http_json(port: int, method: str, path: str, body: Any = None, timeout: floa
 
 
 def start_gateway(stack: Stack, redis_url: str, bootstrap: str, workers: int,
-                  extra_env: dict[str, str]) -> tuple[devstack.Service, list[int]]:
+                  extra_env: dict[str, str], src: Path) -> tuple[devstack.Service, list[int]]:
     port = devstack.free_port()
     env = {**os.environ, "MQGW_REDIS_URL": redis_url, "MQGW_KAFKA_BOOTSTRAP": bootstrap, **extra_env}
     RESULTS.mkdir(parents=True, exist_ok=True)
     log = open(RESULTS / "gateway.log", "wb")
-    proc = subprocess.Popen(_serve_cmd("127.0.0.1", port, workers), env=env, cwd=ROOT, stdout=log,
+    # ``python -m uvicorn`` puts its working directory first on sys.path: ``src`` decides which
+    # gateway package is served (this checkout, or a patched copy given with --gateway-src).
+    proc = subprocess.Popen(_serve_cmd("127.0.0.1", port, workers), env=env, cwd=src, stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     svc = stack.add(devstack.Service("gateway", port, proc))
     devstack.wait_port(port, timeout=30, proc=proc)
@@ -157,7 +164,8 @@ def run_phase(stack: Stack, name: str, spec: dict[str, Any], named: dict[str, in
                 snap0, t0 = procstat.snapshot(named), time.monotonic()
                 conns = procstat.connections_per_pid(port, workers)
                 if profile_dir is not None:
-                    start_profilers(stack, name, workers, spec["duration"], profile_dir)
+                    others = [p for k, p in named.items() if k in ("redis", "broker")]
+                    start_profilers(stack, name, workers, others, spec["duration"], profile_dir)
             elif line == "end":
                 snap1, t1 = procstat.snapshot(named), time.monotonic()
             elif line.startswith("{"):
@@ -165,26 +173,68 @@ def run_phase(stack: Stack, name: str, spec: dict[str, Any], named: dict[str, in
         proc.wait()
     finally:
         watchdog.cancel()
+        if proc.poll() is None:  # interrupted: do not leave the load generator running
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
         stack.loadgen = None
     if result is None or snap0 is None or snap1 is None:
         raise RuntimeError(f"phase {name}: load generator failed (exit {proc.returncode})")
     for p in stack.profilers:
         p.wait(30)
     stack.profilers.clear()
+    if profile_dir is not None:
+        perf_summary(profile_dir / f"{name}.perf.data", profile_dir / f"{name}.perf.txt")
     result["cpu_pct"] = procstat.usage(snap0, snap1, t1 - t0)
     result["connections_per_worker"] = {str(k): v for k, v in conns.items()}
     result["spec"] = spec
     return result
 
 
-def start_profilers(stack: Stack, phase: str, workers: list[int], duration: float, out: Path) -> None:
+def start_profilers(stack: Stack, phase: str, workers: list[int], others: list[int], duration: float,
+                    out: Path) -> None:
+    """py-spy (Python stacks) on every worker and, if installed, perf (native, every thread
+    including librdkafka's) on the workers, redis and the broker, for the measured window."""
+    perf = shutil.which("perf")
+    if perf:
+        pids = ",".join(str(p) for p in [*workers, *others])
+        stack.profilers.append(subprocess.Popen(
+            [perf, "record", "-F", "499", "-g", "-p", pids, "-o", str(out / f"{phase}.perf.data"),
+             "--", "sleep", str(duration)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     for pid in workers:
         path = out / f"{phase}-{pid}.txt"
         stack.profilers.append(subprocess.Popen(
-            [exe, "record", "--pid", str(pid), "--duration", str(max(1, int(duration))), "--rate", "250",
+            [exe, "record", "--pid", str(pid), "--duration", str(max(1, int(duration))), "--rate", "100",
              "--nonblocking", "--threads", "--format", "raw", "-o", str(path)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+
+
+def perf_summary(data: Path, out: Path) -> None:
+    """CPU by thread name, then by thread name + symbol, from a perf recording."""
+    perf = shutil.which("perf")
+    if not perf or not data.exists():
+        return
+    with open(out, "w") as fh:
+        for sort in ("comm", "comm,dso", "comm,sym"):
+            fh.write(f"==== perf report --sort {sort}\n")
+            fh.flush()
+            subprocess.run([perf, "report", "-i", str(data), "--no-children", "--sort", sort, "--stdio",
+                            "-g", "none", "--percent-limit", "0.5"], stdout=fh,
+                           stderr=subprocess.DEVNULL, timeout=120)
+
+
+def git_head(src: Path) -> str:
+    """The commit and whether gateway/ differs from it (read-only git commands)."""
+    try:
+        git = ["git", "--no-optional-locks", "-C", str(src)]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "gateway"], capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+        return f"{head}{' (gateway/ modified)' if dirty else ''}" if head else "not a git checkout"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def machine_info() -> dict[str, Any]:
@@ -202,7 +252,7 @@ def machine_info() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
             "python": platform.python_version(), "loadavg_at_start": list(os.getloadavg()),
             "mem_total_mb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20,
-            "confluent_kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0],
+            "confluent_kafka": confluent_kafka.__version__, "librdkafka": confluent_kafka.libversion()[0],
             "uvicorn": uvicorn.__version__, "starlette": starlette.__version__}
 
 
@@ -231,7 +281,8 @@ def report(res: dict[str, Any]) -> str:
     rows.append(("raw consume from offset 0", _n(raw["consume"]["records_per_s"]), "", "", "", "1", ""))
     labels = {"p1": "HTTP produce 1 rec/req, c=16", "p100": "HTTP produce 100 rec/req, c=16",
               "f32": "fetch+ack max=32, 16 consumers", "f1000": "fetch+ack max=1000, 16 consumers",
-              "f32pb": "fetch max=32 + piggy-backed ack"}
+              "f32pb": "fetch max=32 + piggy-backed ack",
+              "f32r": f"fetch+ack max=32 offered {res['config']['paced_rate']:,}/s"}
     for name, r in ph.items():
         met = res["targets"].get(name, {}).get("met")
         mark = "" if met is None else ("MET" if met else "MISSED")
@@ -263,9 +314,11 @@ def report(res: dict[str, Any]) -> str:
         extra = ""
         if r.get("empty"):
             extra += f"  EMPTY={r['empty']}"
-        if r.get("errors") or r.get("ack_not_committed") or r.get("failed_records"):
+        if r.get("errors") or r.get("ack_not_committed") or r.get("failed_records") or r.get("count_mismatch"):
             extra += (f"  errors={r.get('errors', 0)} not_committed={r.get('ack_not_committed', 0)}"
-                      f" failed={r.get('failed_records', 0)}")
+                      f" failed={r.get('failed_records', 0)} count_mismatch={r.get('count_mismatch', 0)}")
+        if not r.get("placement", {}).get("balanced", True):
+            extra += "  (connections not balanced)"
         lines.append(f"  {name:6} workers {'+'.join(workers):9} redis {c['redis']:3.0f}  broker {c['broker']:3.0f}"
                      f"  loadgen {c['loadgen']:3.0f}  others {c['others_pct_of_one_core']:3.0f}"
                      f"  machine busy {c['machine_busy_pct_of_all_cores']:3.0f}%  conns/worker {conns}{extra}")
@@ -279,19 +332,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each phase (2)")
     ap.add_argument("--concurrency", type=int, default=16, help="connections / consumers (16)")
     ap.add_argument("--partitions", type=int, default=16, help="partitions of the bench topics (16)")
-    ap.add_argument("--prefill", type=int, default=4_000_000,
+    ap.add_argument("--prefill", type=int, default=6_000_000,
                     help="records pre-filled through the raw producer; also the raw produce figure")
     ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--paced-rate", type=int, default=40_000, help="offered records/s of phase f32r")
     ap.add_argument("--workers", type=int, default=2, help="uvicorn workers (2)")
-    ap.add_argument("--phases", default="p1,p100,f32,f1000,f32pb")
+    ap.add_argument("--phases", default="p1,p100,f32,f1000,f32pb,f32r")
     ap.add_argument("--no-balance", action="store_true",
                     help="open the connections all at once and let the workers' shared accept decide"
                          " (often 16/0); by default they are spread evenly over the workers")
     ap.add_argument("--gateway-env", action="append", default=[], metavar="K=V",
                     help="extra environment for the gateway, e.g. MQGW_FETCH_POOL_SIZE=16")
     ap.add_argument("--profile", action="store_true",
-                    help="py-spy record every worker during each phase into bench/results/profile-*/"
+                    help="during each phase, py-spy record every worker and (if installed) perf record"
+                         " the workers, redis and the broker, into bench/results/profile-<time>/"
                          " (slows the gateway a little: do not compare these numbers)")
+    ap.add_argument("--gateway-src", default=str(ROOT), metavar="DIR",
+                    help="serve the gateway package found in DIR (default: this checkout), e.g. a copy"
+                         " with bench/experiments/*.patch applied")
     ap.add_argument("--out", default=str(RESULTS / "latest.json"))
     args = ap.parse_args(argv)
     phases = [p for p in args.phases.split(",") if p]
@@ -322,12 +380,12 @@ def main(argv: list[str] | None = None) -> int:
         redis = stack.add(devstack.start_redis())
         broker = stack.add(devstack.start_broker())
         bs = broker.extra["bootstrap"]
-        for t in (BACKLOG_TOPIC, PRODUCE_TOPIC):
+        for t in (BACKLOG_TOPIC, *(f"{PRODUCE_TOPIC}-{p}" for p in phases if p.startswith("p"))):
             devstack.create_topic(bs, t, args.partitions)
         print(f"redis {redis.extra['url']}  broker {bs}  topics {args.partitions} partitions", flush=True)
 
         print(f"raw produce: {args.prefill:,} x {args.value_size} B into {BACKLOG_TOPIC} ...", flush=True)
-        named = {"redis": redis.proc.pid, "broker": broker.proc.pid}
+        named = {"redis": redis.proc.pid, "broker": broker.proc.pid, "raw_client": os.getpid()}
         s0, w0 = procstat.snapshot(named), time.monotonic()
         res["raw"]["produce"] = rawkafka.produce(bs, BACKLOG_TOPIC, args.prefill, args.value_size)
         res["raw"]["produce"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
@@ -338,18 +396,23 @@ def main(argv: list[str] | None = None) -> int:
         res["raw"]["consume"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
         print(f"raw consume: {res['raw']['consume']['records_per_s']:,.0f} msgs/s", flush=True)
 
-        gw, workers = start_gateway(stack, redis.extra["url"], bs, args.workers, extra_env)
-        print(f"gateway on 127.0.0.1:{gw.port}, master {gw.proc.pid}, workers {workers}", flush=True)
-        named = {**named, "gateway_master": gw.proc.pid,
+        src = Path(args.gateway_src).resolve()
+        if not (src / "gateway" / "app.py").exists():
+            raise SystemExit(f"--gateway-src {src}: no gateway/app.py there")
+        gw, workers = start_gateway(stack, redis.extra["url"], bs, args.workers, extra_env, src)
+        print(f"gateway ({src}/gateway) on 127.0.0.1:{gw.port}, master {gw.proc.pid}, workers {workers}",
+              flush=True)
+        named = {"redis": redis.proc.pid, "broker": broker.proc.pid, "gateway_master": gw.proc.pid,
                  **{f"worker{i + 1}": p for i, p in enumerate(workers)}}
         res["gateway"] = {"port": gw.port, "cmd": _serve_cmd("127.0.0.1", gw.port, args.workers),
-                          "workers": workers}
+                          "workers": workers, "src": str(src), "git_head": git_head(src)}
 
         common = {"port": gw.port, "concurrency": args.concurrency, "duration": args.duration,
                   "warmup": args.warmup, "balance": [] if args.no_balance else workers}
         specs: dict[str, dict[str, Any]] = {
-            "p1": {"kind": "produce", "topic": PRODUCE_TOPIC, "per_request": 1, "value_size": args.value_size},
-            "p100": {"kind": "produce", "topic": PRODUCE_TOPIC, "per_request": 100,
+            "p1": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p1", "per_request": 1,
+                   "value_size": args.value_size},
+            "p100": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p100", "per_request": 100,
                      "value_size": args.value_size},
             "f32": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32", "max": 32,
                     "ack": "separate"},
@@ -357,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                       "ack": "separate"},
             "f32pb": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32pb", "max": 32,
                       "ack": "piggyback"},
+            "f32r": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32r", "max": 32,
+                     "ack": "separate", "rate": args.paced_rate},
         }
         for name in phases:
             spec = {**common, **specs[name]}
@@ -377,6 +442,10 @@ def main(argv: list[str] | None = None) -> int:
             res["ratios"][name] = r["records_per_s"] / raw_ref
             print(f"  {r['records_per_s']:,.0f} records/s", flush=True)
         res["wall_s"] = round(time.monotonic() - t_start, 1)
+    except KeyboardInterrupt as e:
+        stack.stop()
+        print(f"\ninterrupted ({e or 'Ctrl-C'}); every process this run started is stopped", file=sys.stderr)
+        return 130
     finally:
         stack.stop()
     out = Path(args.out)
@@ -388,8 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report(res))
     print(f"\nwall time {res['wall_s']} s; JSON: {os.path.relpath(out, ROOT)} (+ run-{stamp}.json)")
     if profile_dir is not None:
-        print(f"profiles (py-spy raw collapsed stacks): {os.path.relpath(profile_dir, ROOT)}/"
-              "; summarise with bench/profsummary.py")
+        print(f"profiles in {os.path.relpath(profile_dir, ROOT)}/: <phase>-<pid>.txt py-spy collapsed"
+              " stacks (summarise: bench/profsummary.py FILES), <phase>.perf.txt perf summaries")
     return 0
 
 

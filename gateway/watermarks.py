@@ -23,13 +23,17 @@ from .store import OffsetStore
 
 log = logging.getLogger("mqgw.watermarks")
 
+#: A copy older than refresh_ms is still served (and refreshed in the background) for up to this
+#: many intervals; only an older or missing copy makes a request wait for the refresh.
+_STALE_INTERVALS = 10
+
 
 @dataclass(slots=True)
 class _Entry:
     read_at: float = 0.0  # monotonic seconds
     queues: dict[str, tuple[int, int]] = field(default_factory=dict)
     version: int = 0  # bumped whenever any high watermark moves: wakes long-polls
-    inflight: asyncio.Future | None = None
+    inflight: asyncio.Future | None = None  # the running refresh, if any
 
 
 class Watermarks:
@@ -47,29 +51,40 @@ class Watermarks:
         return e.version if e else 0
 
     async def get(self, topic: str) -> dict[str, tuple[int, int]]:
-        """Watermarks at most ``refresh_ms`` old; raises 404 ``unknown_topic``."""
+        """Watermarks of ``topic``; raises 404 ``unknown_topic``.
+
+        A copy younger than ``refresh_ms`` is served as is. An older one is still served while
+        one background task refreshes it (it is only a hint: stored max offsets never go down
+        and fetches raise them), so no request waits on ListOffsets; only a missing or very old
+        copy makes the request wait for the refresh.
+        """
         e = self._topics.get(topic)
-        if e is not None and time.monotonic() - e.read_at < self.refresh_s and e.queues:
-            return e.queues
+        if e is not None and e.queues:
+            age = time.monotonic() - e.read_at
+            if age < self.refresh_s:
+                return e.queues
+            if age < _STALE_INTERVALS * self.refresh_s:
+                self._refresh_once(topic, e)
+                return e.queues
         if time.monotonic() < self._unknown.get(topic, 0):
             raise not_found("unknown_topic", f"topic {topic!r} does not exist")
         if e is None:
             e = self._topics[topic] = _Entry()
-        if e.inflight is None:  # single flight per process: waiters share one refresh
-            e.inflight = asyncio.get_running_loop().create_future()
-            try:
-                await self._refresh(topic, e)
-                e.inflight.set_result(None)
-            except BaseException as exc:
-                e.inflight.set_exception(exc)
-                raise
-            finally:
-                fut, e.inflight = e.inflight, None
-                if fut.done() and fut.exception() is not None:
-                    fut.exception()  # mark retrieved
-        else:
-            await asyncio.shield(e.inflight)
+        await asyncio.shield(self._refresh_once(topic, e))
         return e.queues
+
+    def _refresh_once(self, topic: str, e: _Entry) -> asyncio.Future:
+        """Start a refresh unless one is running (single flight per process); return it."""
+        if e.inflight is None:
+            e.inflight = asyncio.ensure_future(self._refresh_and_clear(topic, e))
+            e.inflight.add_done_callback(_log_failure)
+        return e.inflight
+
+    async def _refresh_and_clear(self, topic: str, e: _Entry) -> None:
+        try:
+            await self._refresh(topic, e)
+        finally:
+            e.inflight = None
 
     async def _refresh(self, topic: str, e: _Entry) -> None:
         lease, wm, _ts = await self.store.read_watermarks(topic, self.refresh_ms, self.node_id)
@@ -107,3 +122,9 @@ class Watermarks:
         e.queues = merged
         if changed:
             e.version += 1
+
+
+def _log_failure(fut: asyncio.Future) -> None:
+    """Background refreshes have no awaiting request; their failure is logged, and retried."""
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("watermark refresh failed: %s", fut.exception())

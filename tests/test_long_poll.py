@@ -117,4 +117,5 @@ def test_watermark_refresh_is_leased_across_nodes(node_factory, make_topic, redi
     assert i > 100
     # one broker listing per interval cluster-wide (plus a cold start on a topic nobody listed yet)
     assert 1 <= len(writes) <= took / 0.25 + 3, (len(writes), took)
-    assert len(leases) <= took / 0.25 + 3, (len(leases), took)
+    # lease attempts ride on a script call each node makes anyway: at most one per node per interval
+    assert len(leases) <= len(nodes) * (took / 0.25 + 2), (len(leases), took)

@@ -18,8 +18,8 @@ def test_idle_consumer_backlog_keeps_growing_in_the_view(api: Api, make_topic) -
     # the last batch's base offset + 1, not the high watermark (see ../shared/notes).
     for i in range(10):
         api.produce(topic, [f"v{i}"], partition=1)
-    time.sleep(0.25)  # past metadata_refresh_ms (100 ms in tests)
-    assert api.message(consumer=busy, topic=topic).json()["status"] == "ok"  # refreshes watermarks
+    # the busy consumer's long poll ends once a node has listed the new watermarks into Redis
+    assert api.message(consumer=busy, topic=topic, wait_ms=5000).json()["status"] == "ok"
     view = api.http.get(api.url(f"/consumers/{idle}/queues")).json()
     by_queue = {q["queue"]: q for q in view["queues"]}
     assert by_queue["1"]["backlog"] == 10 and by_queue["1"]["committedOffset"] == 0
