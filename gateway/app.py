@@ -60,7 +60,8 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
         r = connect_redis(settings.redis_url)
         b = broker or KafkaBroker(settings.kafka_bootstrap, extra=settings.kafka_extra(),
                                   pool_size=settings.fetch_pool_size, max_batch=settings.max_messages,
-                                  produce_timeout_ms=settings.produce_timeout_ms)
+                                  produce_timeout_ms=settings.produce_timeout_ms,
+                                  produce_linger_ms=settings.produce_linger_ms)
         await b.start()
         store = OffsetStore(r, settings.key_prefix)
         wm = Watermarks(store, b, settings.metadata_refresh_ms)

@@ -29,12 +29,14 @@ _SMALL_PRODUCE = 8
 
 class KafkaBroker(Broker):
     def __init__(self, bootstrap: str, *, extra: dict[str, str] | None = None, pool_size: int = 8,
-                 max_batch: int = 1000, produce_timeout_ms: int = 30_000, name: str = "kafka") -> None:
+                 max_batch: int = 1000, produce_timeout_ms: int = 30_000, produce_linger_ms: int = 2,
+                 name: str = "kafka") -> None:
         self.name = name
         self._common = {"bootstrap.servers": bootstrap, **(extra or {})}
         self._pool_size = pool_size
         self._max_batch = max_batch
         self._produce_timeout_ms = produce_timeout_ms
+        self._linger_ms = produce_linger_ms
         self._executor = ThreadPoolExecutor(max_workers=pool_size + 2, thread_name_prefix="kafka")
         self._topics: dict[str, tuple[float, list[int]]] = {}
         self._running = False
@@ -45,13 +47,13 @@ class KafkaBroker(Broker):
             **self._common,
             "acks": "all",
             "enable.idempotence": True,
-            "linger.ms": 2,
+            "linger.ms": self._linger_ms,
             "message.timeout.ms": self._produce_timeout_ms,
             "queue.buffering.max.messages": 1_000_000,
             "socket.nagle.disable": True,
         }
         self._producer = Producer(producer_conf)
-        # Requests of a few messages are latency-bound: 2 ms of linger is most of their time.
+        # Requests of a few messages are latency-bound: the bulk linger would be most of their time.
         # Bulk requests keep the longer linger, which the broker needs to get large batches.
         self._small_producer = Producer({**producer_conf, "linger.ms": 0.5})
         self._admin = AdminClient(self._common)
