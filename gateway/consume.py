@@ -19,7 +19,7 @@ from .broker import Broker, FetchResult, Record
 from .config import Settings
 from .errors import bad_request
 from .requestid import BatchRef, RequestIdCodec
-from .store import AckResult, Lock, NoQueue, OffsetStore, now_ms
+from .store import AckResult, Lock, NoQueue, OffsetStore, Paused, now_ms
 from .watermarks import Watermarks
 
 #: While long-polling with a backlog held under other consumers' locks, re-run choose this
@@ -71,6 +71,11 @@ class ConsumeService:
                 default_timeout_ms=self.settings.consume_timeout_ms,
                 default_start=self.settings.start_position,
                 client_idle_ms=self.settings.client_idle_ms, skip=skip)
+            if isinstance(chosen, Paused):  # answered at once: a paused consumer has no work
+                body = {"status": "paused", "topic": p.topic, "messages": []}
+                if acked is not None:
+                    body["ack"] = acked
+                return body
             if isinstance(chosen, Lock):
                 body = await self._pull(p, chosen)
                 if body is not None:
@@ -184,13 +189,15 @@ class ConsumeService:
 
 
 _ACK_STATUS = {"committed": 200, "already_committed": 200, "lock_lost": 409,
-               "offset_mismatch": 409, "unknown": 404}
+               "offset_reset": 409, "offset_mismatch": 409, "unknown": 404}
 _ACK_MESSAGE = {
     "committed": "offsets committed",
     "already_committed": "this batch was already committed; nothing changed",
     "lock_lost": "the lock expired and another fetch took the queue; the batch will be (or was) "
                  "redelivered there",
-    "offset_mismatch": "the committed offset moved (offset reset); nothing changed",
+    "offset_reset": "an operator reset this queue's offsets after the batch was fetched; "
+                    "nothing changed",
+    "offset_mismatch": "the committed offset no longer matches this batch; nothing changed",
     "unknown": "no such queue for this consumer (expired clientId or deleted consumer)",
 }
 

@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from . import admin
 from .consume import FetchParams, ack_body, ack_status
 from .errors import ApiError, bad_request
 from .names import check_name, check_topic
@@ -211,7 +212,24 @@ async def config_route(request: Request) -> Response:
         "consumer": group,
         "consumeTimeoutMs": int(cfg.get("consume_timeout_ms") or gw.settings.consume_timeout_ms),
         "start": cfg.get("start") or gw.settings.start_position,
+        "paused": cfg.get("paused") == "1",
     })
+
+
+async def pause_route(request: Request) -> Response:
+    group = check_name(request.path_params["group"], "consumer")
+    paused = request.url.path.endswith("/pause")
+    return JSON(await admin.set_paused(_state(request).store, group, paused))
+
+
+async def reset_route(request: Request) -> Response:
+    gw = _state(request)
+    group = check_name(request.path_params["group"], "consumer")
+    body = await read_json(request, gw.settings.max_body_bytes)
+    if not isinstance(body, dict):
+        raise bad_request("invalid_body", "request body must be a JSON object")
+    return JSON(await admin.reset(gw.store, gw.broker, group, body, check_topic,
+                                  lambda c: check_name(c, "clientId")))
 
 
 async def healthz(request: Request) -> Response:
@@ -247,6 +265,9 @@ routes = [
     Route("/consumers/{group}/clients", clients_route, methods=["GET"]),
     Route("/consumers/{group}/clients/{client_id}/queues", queues_route, methods=["GET"]),
     Route("/consumers/{group}/config", config_route, methods=["GET", "PUT"]),
+    Route("/admin/consumers/{group}/pause", pause_route, methods=["POST"]),
+    Route("/admin/consumers/{group}/resume", pause_route, methods=["POST"]),
+    Route("/admin/consumers/{group}/reset", reset_route, methods=["POST"]),
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/openapi.yaml", openapi_route, methods=["GET"]),

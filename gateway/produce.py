@@ -108,7 +108,7 @@ async def produce(broker: Broker, topic: str, messages: list[OutgoingMessage]) -
         else:
             to_send.append(i)
     sent = await broker.produce(topic, [messages[i] for i in to_send])
-    for i, r in zip(to_send, sent):
+    for i, r in zip(to_send, sent, strict=True):
         results[i] = r
     out = []
     failed = 0

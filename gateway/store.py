@@ -53,8 +53,13 @@ class NoQueue:
 
 
 @dataclass(frozen=True, slots=True)
+class Paused:
+    """The consumer is paused: nothing was locked."""
+
+
+@dataclass(frozen=True, slots=True)
 class AckResult:
-    result: str  # committed | already_committed | lock_lost | offset_mismatch | unknown
+    result: str  # committed | already_committed | lock_lost | offset_reset | offset_mismatch | unknown
     committed: int
     lock_state: str  # for committed: held | expired | released
 
@@ -81,6 +86,7 @@ class OffsetStore:
         self._unlock = load("unlock")
         self._wm_get = load("watermarks")
         self._wm_put = load("watermarks_put")
+        self._reset = load("reset")
 
     # -- key names -------------------------------------------------------------------------
     def queues_key(self, group: str, client_id: str = "") -> str:
@@ -111,7 +117,7 @@ class OffsetStore:
         client_idle_ms: int,
         skip: set[str] | frozenset[str] = frozenset(),
         now: int | None = None,
-    ) -> Lock | NoQueue:
+    ) -> Lock | NoQueue | Paused:
         """Lock the free queue with the largest backlog (ties: least recently used)."""
         args: list[Any] = [topic, now or now_ms(), default_timeout_ms, default_start, address,
                            client_id, client_idle_ms, f",{','.join(skip)}," if skip else ""]
@@ -119,6 +125,8 @@ class OffsetStore:
             args += (q, lo, hi)
         keys = [self.queues_key(group, client_id), self.config_key(group), self.clients_key(group)]
         r = await self._choose(keys=keys, args=args)
+        if int(r[0]) == 2:
+            return Paused()
         if int(r[0]) == 0:
             return NoQueue(int(r[1]))
         return Lock(_s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]))
@@ -139,6 +147,17 @@ class OffsetStore:
         r = await self._unlock(keys=[self.queues_key(group, client_id)],
                                args=[f"{topic}:{queue}:", token, high_watermark])
         return _s(r[0]), int(r[1])
+
+    async def reset(self, group: str, client_id: str, topic: str,
+                    targets: dict[str, int]) -> list[tuple[str, int, int]]:
+        """Set committed offsets (queue -> offset); returns (queue, from, to) per queue."""
+        if not targets:
+            return []
+        args: list[Any] = [topic]
+        for q, off in targets.items():
+            args += (q, off)
+        r = await self._reset(keys=[self.queues_key(group, client_id)], args=args)
+        return [(_s(r[i]), int(r[i + 1]), int(r[i + 2])) for i in range(0, len(r), 3)]
 
     # -- broker watermarks shared by all nodes ----------------------------------------------
     async def read_watermarks(

@@ -56,7 +56,9 @@ class MemoryBroker(Broker):
         return {q: (self.low.get((topic, q), 0), self._hi(topic, q)) for q in await self.queues(topic)}
 
     async def offset_for_time(self, topic: str, queue: str, timestamp_ms: int) -> int:
-        return self._hi(topic, queue)
+        log = self._log(topic, queue)
+        hits = [o for o in sorted(log) if log[o].timestamp >= timestamp_ms]
+        return hits[0] if hits else self._hi(topic, queue)
 
     async def fetch(self, topic: str, queue: str, offset: int, max_records: int) -> FetchResult:
         self.fetches.append((topic, queue, offset))

@@ -535,6 +535,29 @@ def test_broadcast_clients_and_queue_views(api: Api, make_topic: Callable[..., s
     done()
 
 
+def test_admin_pause_resume_reset(api: Api, make_topic: Callable[..., str], done: Callable[[], None]) -> None:
+    topic, g = make_topic(1), unique()
+    put_config(api, g, {"start": "earliest"})
+    produce(api, {"topic": topic, "messages": [{"value": "a"}, {"value": "b"}]})
+    out = fetch_ok(api, consumer=g, topic=topic, max=1)
+    tmpl = "/admin/consumers/{group}/"
+    assert call(api, "POST", f"/admin/consumers/{g}/pause", tmpl + "pause", 200)["paused"] is True
+    assert fetch(api, consumer=g, topic=topic)["status"] == "paused"
+    assert call(api, "GET", f"/consumers/{g}/config", "/consumers/{group}/config", 200)["paused"] is True
+    assert call(api, "POST", f"/admin/consumers/{g}/resume", tmpl + "resume", 200)["paused"] is False
+    body = {"topic": topic, "to": "latest"}
+    check_request_body(body, tmpl + "reset", "post")
+    r = call(api, "POST", f"/admin/consumers/{g}/reset", tmpl + "reset", 200, json=body)
+    assert r["queues"][0]["from"] == 0
+    assert ack(api, out["requestId"], status=409)["result"] == "offset_reset"
+    call(api, "POST", f"/admin/consumers/{g}/reset", tmpl + "reset", 400, "invalid_to",
+         json={"topic": topic, "to": "soon"})
+    call(api, "POST", f"/admin/consumers/{g}/reset", tmpl + "reset", 404, "unknown_queue",
+         json={"topic": topic, "to": "earliest", "queue": "7"})
+    call(api, "POST", "/admin/consumers/a:b/pause", tmpl + "pause", 400, "invalid_consumer")
+    done()
+
+
 def test_produce_partial_failure(api: Api, shared_topic: str, done: Callable[[], None]) -> None:
     body = {"topic": shared_topic, "messages": [{"value": "ok"}, {"value": "nope", "partition": 9}]}
     check_request_body(body, "/produce", "post")

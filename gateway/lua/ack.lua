@@ -6,15 +6,18 @@
 -- ARGV[1] field prefix 'topic:queue:'  ARGV[2] batch offset  ARGV[3] next offset  ARGV[4] lock token
 -- ARGV[5] now (ms)  ARGV[6] default consume timeout (ms)  ARGV[7] high watermark seen (-1 if none)
 -- Returns {result, committed offset, lock state} with result one of
---   committed | already_committed | lock_lost | offset_mismatch | unknown
+--   committed | already_committed | lock_lost | offset_reset | offset_mismatch | unknown
+-- ('offset_reset': an operator reset the queue after this batch was fetched; rtok is the lock
+-- token a reset left behind, so every batch fetched before it has a token <= rtok).
 local key, p = KEYS[1], ARGV[1]
-local v = redis.call('HMGET', key, p .. 'com', p .. 'tok', p .. 'lock', p .. 'max')
+local v = redis.call('HMGET', key, p .. 'com', p .. 'tok', p .. 'lock', p .. 'max', p .. 'rtok')
 local com = tonumber(v[1])
 if com == nil then return {'unknown', -1, ''} end
 local tok, lock, mx = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0
 local off, nxt, token, now = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local hw = tonumber(ARGV[7])
 if hw > mx then redis.call('HSET', key, p .. 'max', hw) end
+if token <= (tonumber(v[5]) or 0) then return {'offset_reset', com, ''} end
 if com >= nxt then return {'already_committed', com, ''} end
 if tok ~= token then return {'lock_lost', com, ''} end
 if com ~= off then return {'offset_mismatch', com, ''} end

@@ -8,10 +8,12 @@
 -- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr.
 -- max never goes down; com starts at the latest (or earliest) offset; a lock is free when 0 or older
 -- than the consume timeout; every lock increments tok so stale acks can be told apart.
--- Returns {1, queue, committed, token, max, previous_lock_ms, timeout}  or  {0, next_wake_ms | -1}.
+-- Returns {1, queue, committed, token, max, previous_lock_ms, timeout}, {0, next_wake_ms | -1},
+-- or {2} when the consumer is paused (nothing is locked or registered).
 local key, cfgkey, clients = KEYS[1], KEYS[2], KEYS[3]
 local topic, now = ARGV[1], tonumber(ARGV[2])
-local cfg = redis.call('HMGET', cfgkey, 'consume_timeout_ms', 'start')
+local cfg = redis.call('HMGET', cfgkey, 'consume_timeout_ms', 'start', 'paused')
+if cfg[3] == '1' then return {2} end
 local timeout = tonumber(cfg[1]) or tonumber(ARGV[3])
 local start = cfg[2] or ARGV[4]
 local skip = ARGV[8]

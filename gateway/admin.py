@@ -1,0 +1,75 @@
+"""Operator actions on consumers: pause/resume and offset resets.
+
+Both take effect on every node at once: pause is a flag the choose script reads, and a
+reset rewrites committed offsets in one script call per consumer key, invalidating
+batches fetched before it (their acks answer ``offset_reset``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .broker import Broker
+from .errors import bad_request, not_found
+from .store import OffsetStore
+
+RESET_MODES = ("earliest", "latest", "timestamp", "offset")
+
+
+async def set_paused(store: OffsetStore, group: str, paused: bool) -> dict[str, Any]:
+    await store.set_config(group, {"paused": "1" if paused else "0"})
+    return {"consumer": group, "paused": paused}
+
+
+async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, Any],
+                check_topic: Any, check_client: Any) -> dict[str, Any]:
+    """Move one consumer's committed offsets on a topic; see the README's operations section."""
+    extra = set(body) - {"topic", "to", "timestamp", "offset", "queue", "clientId"}
+    if extra:
+        raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
+    topic = check_topic(body.get("topic"))
+    mode = body.get("to")
+    if mode not in RESET_MODES:
+        raise bad_request("invalid_to", f"to must be one of {', '.join(RESET_MODES)}")
+    queue = body.get("queue")
+    if queue is not None and not isinstance(queue, (str, int)):
+        raise bad_request("invalid_queue", "queue must be a queue id such as \"0\"")
+    wm = await broker.watermarks(topic)  # fresh from the broker: resets are rare, get them right
+    queues = list(wm)
+    if queue is not None:
+        if str(queue) not in wm:
+            raise not_found("unknown_queue", f"topic {topic!r} has no queue {queue!r}")
+        queues = [str(queue)]
+    targets: dict[str, int] = {}
+    if mode == "earliest":
+        targets = {q: wm[q][0] for q in queues}
+    elif mode == "latest":
+        targets = {q: wm[q][1] for q in queues}
+    elif mode == "timestamp":
+        ts = body.get("timestamp")
+        if type(ts) is not int or ts < 0:
+            raise bad_request("invalid_timestamp", "timestamp must be ms since the epoch")
+        targets = {q: await broker.offset_for_time(topic, q, ts) for q in queues}
+    else:
+        off = body.get("offset")
+        if queue is None:
+            raise bad_request("queue_required", "an explicit offset needs a queue")
+        if type(off) is not int:
+            raise bad_request("invalid_offset", "offset must be an integer")
+        lo, hi = wm[str(queue)]
+        if not lo <= off <= hi:
+            raise bad_request("offset_out_of_range", f"offset must be between {lo} and {hi}",
+                              min=lo, max=hi)
+        targets = {str(queue): off}
+    client = body.get("clientId")
+    if client == "*":
+        clients = [c for c, _ in await store.clients(group)]
+    else:
+        clients = [check_client(client)] if client else [""]
+    moved: list[dict[str, Any]] = []
+    for c in clients:
+        for q, old, new in await store.reset(group, c, topic, targets):
+            moved.append({"clientId": c or None, "queue": q, "from": old if old >= 0 else None,
+                          "to": new})
+    return {"consumer": group, "topic": topic, "to": mode,
+            "moved": sum(1 for m in moved if m["from"] != m["to"]), "queues": moved}

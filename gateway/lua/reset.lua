@@ -1,0 +1,21 @@
+-- Move committed offsets (an operator's reset), in one round trip per consumer key.
+-- Each reset queue's lock is dropped and its token bumped, and the new token is remembered as
+-- rtok: acks of batches fetched before the reset (tokens <= rtok) answer 'offset_reset' and
+-- change nothing, so an in-flight batch can never commit over the new position.
+-- KEYS[1] consumer hash  ARGV[1] topic  ARGV[2..] pairs: queue id, new committed offset
+-- Returns a flat list: queue, previous committed offset (-1 if the queue was unknown), new offset
+local key, topic = KEYS[1], ARGV[1]
+local out = {}
+for i = 2, #ARGV, 2 do
+  local p = topic .. ':' .. ARGV[i] .. ':'
+  local old = tonumber(redis.call('HGET', key, p .. 'com')) or -1
+  local tok = redis.call('HINCRBY', key, p .. 'tok', 1)
+  local new = tonumber(ARGV[i + 1])
+  redis.call('HSET', key, p .. 'com', new, p .. 'lock', 0, p .. 'rtok', tok)
+  local mx = tonumber(redis.call('HGET', key, p .. 'max')) or 0
+  if new > mx then redis.call('HSET', key, p .. 'max', new) end
+  out[#out + 1] = ARGV[i]
+  out[#out + 1] = old
+  out[#out + 1] = new
+end
+return out
