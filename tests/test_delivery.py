@@ -70,11 +70,24 @@ def test_at_least_once_with_dropped_batches_and_a_killed_node(node_factory, make
     assert len(tally.seen) == total, f"lost {total - len(tally.seen)} messages"
     assert tally.dropped_batches > 0 and tally.redelivered_batches > 0
     assert tally.duplicate_not_redelivered == [], tally.duplicate_not_redelivered[:10]
+    # Dropped batches near the end are seen but uncommitted until their locks expire: nothing may
+    # sit locked past the timeout, so a well-behaved consumer on the live nodes drains the rest.
     live = Api([nodes[0].url, nodes[2].url])
     view = live.http.get(live.url(f"/consumers/{group}/queues")).json()
     for q in view["queues"]:
-        assert q["backlog"] == 0, q
         assert q["lockAgeMs"] is None or q["lockAgeMs"] < view["consumeTimeoutMs"] + 1000, q
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        body = live.message(consumer=group, topic=topic, max=100, wait_ms=500).json()
+        if body["status"] == "ok":
+            tally.record(body)
+            assert live.ack(body["requestId"]).json()["result"] == "committed"
+        elif all(q["backlog"] == 0 for q in
+                 live.http.get(live.url(f"/consumers/{group}/queues")).json()["queues"]):
+            break
+    view = live.http.get(live.url(f"/consumers/{group}/queues")).json()
+    assert all(q["backlog"] == 0 and not q["locked"] for q in view["queues"]), view
+    assert tally.duplicate_not_redelivered == [], tally.duplicate_not_redelivered[:10]
 
 
 @pytest.mark.timeout(120)
