@@ -11,6 +11,7 @@ from typing import Any
 
 from .broker import Broker
 from .errors import bad_request, not_found
+from .names import check_name, check_topic
 from .store import OffsetStore
 
 RESET_MODES = ("earliest", "latest", "timestamp", "offset")
@@ -21,8 +22,7 @@ async def set_paused(store: OffsetStore, group: str, paused: bool) -> dict[str, 
     return {"consumer": group, "paused": paused}
 
 
-async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, Any],
-                check_topic: Any, check_client: Any) -> dict[str, Any]:
+async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, Any]) -> dict[str, Any]:
     """Move one consumer's committed offsets on a topic; see the README's operations section."""
     extra = set(body) - {"topic", "to", "timestamp", "offset", "queue", "clientId"}
     if extra:
@@ -65,7 +65,7 @@ async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, 
     if client == "*":
         clients = [c for c, _ in await store.clients(group)]
     else:
-        clients = [check_client(client)] if client else [""]
+        clients = [check_name(client, "clientId")] if client else [""]
     moved: list[dict[str, Any]] = []
     for c in clients:
         for q, old, new in await store.reset(group, c, topic, targets):

@@ -228,8 +228,7 @@ async def reset_route(request: Request) -> Response:
     body = await read_json(request, gw.settings.max_body_bytes)
     if not isinstance(body, dict):
         raise bad_request("invalid_body", "request body must be a JSON object")
-    return JSON(await admin.reset(gw.store, gw.broker, group, body, check_topic,
-                                  lambda c: check_name(c, "clientId")))
+    return JSON(await admin.reset(gw.store, gw.broker, group, body))
 
 
 async def healthz(request: Request) -> Response:

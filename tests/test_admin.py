@@ -8,7 +8,6 @@ import pytest
 
 from gateway.admin import reset
 from gateway.consume import ConsumeService, FetchParams
-from gateway.names import check_topic
 
 from .broker_double import MemoryBroker
 from .conftest import Api, unique
@@ -108,8 +107,7 @@ def test_reset_by_timestamp_semantics(redis_url: str) -> None:
 
     async def body(svc: ConsumeService) -> None:
         async def at(ts: int) -> int:
-            r = await reset(svc.store, b, "g", {"topic": "orders", "to": "timestamp", "timestamp": ts},
-                            check_topic, lambda c: c)
+            r = await reset(svc.store, b, "g", {"topic": "orders", "to": "timestamp", "timestamp": ts})
             return r["queues"][0]["to"]
         assert await at(2500) == 2  # first record at or after the time
         assert await at(3000) == 2
