@@ -167,17 +167,12 @@ class OffsetStore:
         data_key, lease_key = self.watermark_keys(topic)
         lease, flat = await self._wm_get(keys=[data_key, lease_key], args=[now_ms(), refresh_ms, node_id])
         fields = {_s(flat[i]): _s(flat[i + 1]) for i in range(0, len(flat), 2)}
-        wm: dict[str, tuple[int, int]] = {}
-        for q in filter(None, fields.get("queues", "").split(",")):
-            wm[q] = (int(fields.get(f"{q}:lo", 0)), int(fields.get(f"{q}:hi", 0)))
-        return bool(int(lease)), wm, int(fields.get("ts", 0))
+        return bool(int(lease)), _parse_watermarks(fields), int(fields.get("ts", 0))
 
     async def shared_watermarks(self, topic: str) -> dict[str, tuple[int, int]]:
         """The last watermarks any node listed for ``topic`` (no lease, for views)."""
         raw = await self.redis.hgetall(self.watermark_keys(topic)[0])
-        fields = {_s(k): _s(v) for k, v in raw.items()}
-        return {q: (int(fields.get(f"{q}:lo", 0)), int(fields.get(f"{q}:hi", 0)))
-                for q in filter(None, fields.get("queues", "").split(","))}
+        return _parse_watermarks({_s(k): _s(v) for k, v in raw.items()})
 
     async def write_watermarks(self, topic: str, wm: dict[str, tuple[int, int]]) -> None:
         args: list[Any] = [now_ms(), ",".join(wm)]
@@ -217,6 +212,12 @@ def parse_queue_hash(fields: dict[str, str]) -> list[QueueState]:
                               int(f.get("lock", 0)), int(f.get("tok", 0)), int(f.get("acc", 0)),
                               f.get("addr", "")))
     return out
+
+
+def _parse_watermarks(fields: dict[str, str]) -> dict[str, tuple[int, int]]:
+    """``{queue: (lo, hi)}`` from a watermark hash (``queues``, ``<q>:lo``, ``<q>:hi``)."""
+    return {q: (int(fields.get(f"{q}:lo", 0)), int(fields.get(f"{q}:hi", 0)))
+            for q in filter(None, fields.get("queues", "").split(","))}
 
 
 def _qsort(q: str) -> tuple[int, str]:

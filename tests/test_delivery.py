@@ -85,8 +85,7 @@ def test_at_least_once_with_dropped_batches_and_a_killed_node(node_factory, make
         elif all(q["backlog"] == 0 for q in
                  live.http.get(live.url(f"/consumers/{group}/queues")).json()["queues"]):
             break
-    view = live.http.get(live.url(f"/consumers/{group}/queues")).json()
-    assert all(q["backlog"] == 0 and not q["locked"] for q in view["queues"]), view
+    assert_drained(live, group)
     assert tally.duplicate_not_redelivered == [], tally.duplicate_not_redelivered[:10]
 
 
