@@ -75,11 +75,15 @@ async def connect(host: str, port: int) -> Connection:
     return proto
 
 
+#: Header lines added to every request built here (``Authorization: ...\r\n`` for --secure runs).
+EXTRA_HEADERS = ""
+
+
 def get(path: str, host: str = "127.0.0.1") -> bytes:
-    return f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    return f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{EXTRA_HEADERS}\r\n".encode()
 
 
 def post(path: str, body: bytes, host: str = "127.0.0.1", method: str = "POST") -> bytes:
     head = (f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
+            f"Content-Length: {len(body)}\r\n{EXTRA_HEADERS}\r\n").encode()
     return head + body

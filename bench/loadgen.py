@@ -326,6 +326,8 @@ async def run_consume(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
+    if spec.get("key"):
+        httpc.EXTRA_HEADERS = f"Authorization: Bearer {spec['key']}\r\n"
     fn = {"produce": run_produce, "consume": run_consume}[spec["kind"]]
     result = uvloop.run(fn(spec))
     print(json.dumps(result), flush=True)

@@ -102,10 +102,14 @@ class Stack:
         self.services.clear()
 
 
+#: API key sent by every harness call (set in --secure runs).
+AUTH: dict[str, str] = {}
+
+
 def http_json(port: int, method: str, path: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
-                                 headers={"content-type": "application/json"})
+                                 headers={"content-type": "application/json", **AUTH})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read() or b"null")
@@ -256,6 +260,45 @@ def machine_info() -> dict[str, Any]:
             "uvicorn": uvicorn.__version__, "starlette": starlette.__version__}
 
 
+def configure_consumer(port: int, group: str) -> None:
+    """Start the bench consumer at the earliest offset (the pre-registry API for old sources)."""
+    status, body = http_json(port, "PATCH", f"/admin/consumers/{group}", {"start": "earliest"})
+    if status in (404, 405):
+        status, body = http_json(port, "PUT", f"/consumers/{group}/config", {"start": "earliest"})
+    if status != 200:
+        raise RuntimeError(f"config of {group}: {status} {body}")
+
+
+def secure_setup(redis_url: str, port: int, specs: dict[str, dict[str, Any]], phases: list[str]) -> str:
+    """Register the bench's producer and consumers and return one key bound to all of them."""
+    import asyncio
+
+    from gateway.app import connect_redis
+    from gateway.auth import KeyStore
+    from gateway.store import OffsetStore
+
+    async def admin_key() -> str:
+        r = connect_redis(redis_url)
+        try:
+            return (await KeyStore(OffsetStore(r)).create("bench-admin", admin=True))[0]
+        finally:
+            await r.aclose()
+
+    AUTH["authorization"] = f"Bearer {asyncio.run(admin_key())}"
+    used = [specs[p] for p in phases]
+    topics = sorted({s["topic"] for s in used if s["kind"] == "produce"})
+    groups = sorted({s["group"] for s in used if s["kind"] == "consume"})
+    calls: list[tuple[str, str, Any]] = [("PUT", "/admin/producers/bench", {"topics": topics or [BACKLOG_TOPIC]})]
+    calls += [("PUT", f"/admin/consumers/{g}", {"topics": [BACKLOG_TOPIC], "start": "earliest",
+                                                 "rateLimit": {"messagesPerSecond": 1e8}}) for g in groups]
+    calls.append(("POST", "/admin/keys", {"name": "bench", "producers": ["bench"], "consumers": groups}))
+    for method, path, body in calls:
+        status, out = http_json(port, method, path, body)
+        if status not in (200, 201):
+            raise RuntimeError(f"{method} {path}: {status} {out}")
+    return out["key"]
+
+
 def queue_backlog(port: int, group: str) -> dict[str, int]:
     status, body = http_json(port, "GET", f"/consumers/{group}/queues")
     if status != 200:
@@ -350,10 +393,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gateway-src", default=str(ROOT), metavar="DIR",
                     help="serve the gateway package found in DIR (default: this checkout), e.g. a copy"
                          " with bench/experiments/*.patch applied")
+    ap.add_argument("--secure", action="store_true",
+                    help="run as production does: API keys required, every consumer and producer "
+                         "registered, and each consumer rate-limited (far above what it reaches, so "
+                         "the token bucket runs on every /message without ever refusing)")
     ap.add_argument("--out", default=str(RESULTS / "latest.json"))
     args = ap.parse_args(argv)
     phases = [p for p in args.phases.split(",") if p]
-    extra_env = dict(kv.split("=", 1) for kv in args.gateway_env)
+    mode = {"MQGW_AUTH": "true", "MQGW_OPEN_MODE": "false"} if args.secure else \
+        {"MQGW_AUTH": "false", "MQGW_OPEN_MODE": "true"}
+    extra_env = {**mode, **dict(kv.split("=", 1) for kv in args.gateway_env)}
 
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     profile_dir = None
@@ -423,13 +472,12 @@ def main(argv: list[str] | None = None) -> int:
             "f32r": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32r", "max": 32,
                      "ack": "separate", "rate": args.paced_rate},
         }
+        if args.secure:
+            common["key"] = secure_setup(redis.extra["url"], gw.port, specs, phases)
         for name in phases:
             spec = {**common, **specs[name]}
             if spec["kind"] == "consume":
-                status, body = http_json(gw.port, "PUT", f"/consumers/{spec['group']}/config",
-                                         {"start": "earliest"})
-                if status != 200:
-                    raise RuntimeError(f"config of {spec['group']}: {status} {body}")
+                configure_consumer(gw.port, spec["group"])
             print(f"phase {name}: {args.warmup:g} s warm-up + {args.duration:g} s ...", flush=True)
             r = run_phase(stack, name, spec, named, gw.port, workers, profile_dir)
             if spec["kind"] == "consume":

@@ -1,8 +1,8 @@
-"""Operator actions on consumers: pause/resume and offset resets.
+"""Offset resets: an operator moves a consumer's committed offsets.
 
-Both take effect on every node at once: pause is a flag the choose script reads, and a
-reset rewrites committed offsets in one script call per consumer key, invalidating
-batches fetched before it (their acks answer ``offset_reset``).
+A reset rewrites committed offsets in one script call per consumer key and takes effect on
+every node at once, invalidating batches fetched before it (their acks answer
+``offset_reset``).
 """
 
 from __future__ import annotations
@@ -15,11 +15,6 @@ from .names import check_name, check_topic
 from .store import OffsetStore
 
 RESET_MODES = ("earliest", "latest", "timestamp", "offset")
-
-
-async def set_paused(store: OffsetStore, group: str, paused: bool) -> dict[str, Any]:
-    await store.set_config(group, {"paused": "1" if paused else "0"})
-    return {"consumer": group, "paused": paused}
 
 
 async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -16,15 +16,21 @@ import redis.asyncio as aioredis
 import redis.exceptions
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
+from . import logs, metrics
+from .admin_http import admin_routes
+from .alerts import AlertMonitor
+from .auth import Authorizer, KeyStore
 from .broker import Broker, UnknownTopic
 from .broker.kafka import KafkaBroker
 from .config import Settings
 from .consume import ConsumeService
 from .errors import ApiError, BrokerUnavailable
-from .http import JSON, routes
+from .http import JSON, data_routes
+from .registry import Registry
 from .requestid import RequestIdCodec
 from .store import OffsetStore
 from .watermarks import Watermarks
@@ -41,6 +47,10 @@ class Gateway:
     broker: Broker
     consume: ConsumeService
     openapi: bytes
+    registry: Registry
+    keys: KeyStore
+    auth: Authorizer
+    alerts: AlertMonitor | None = None  # backlog alerts: set and started in lifespan
 
 
 def connect_redis(url: str) -> aioredis.Redis:
@@ -65,19 +75,34 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
         await b.start()
         store = OffsetStore(r, settings.key_prefix)
         wm = Watermarks(store, b, settings.metadata_refresh_ms)
-        consume = ConsumeService(settings, store, b, wm, RequestIdCodec(settings.hmac_key))
+        keys = KeyStore(store)
+        auth = Authorizer(settings.auth, keys)
+        consume = ConsumeService(settings, store, b, wm, RequestIdCodec(settings.hmac_key), auth)
         spec = _SPEC.read_bytes() if _SPEC.is_file() else b""
         if settings.hmac_key == Settings.hmac_key:
             log.warning("MQGW_HMAC_KEY is the public default: anyone can forge requestIds. "
                         "Set a secret key shared by all nodes.")
-        app.state.gw = Gateway(settings, r, store, b, consume, spec)
+        if not settings.auth:
+            log.warning("auth is off (MQGW_AUTH=false): anyone who reaches this port can produce, "
+                        "consume and use the admin API")
+        if settings.open_mode:
+            log.warning("open mode is on (MQGW_OPEN_MODE=true): unregistered consumers and "
+                        "producers are served")
+        app.state.gw = Gateway(settings, r, store, b, consume, spec, Registry(store, settings),
+                               keys, auth)
+        alerts = app.state.gw.alerts = AlertMonitor(app.state.gw)
+        alerts.start()
         try:
             yield
         finally:
+            metrics.shutdown()
+            await alerts.stop()
             await b.close()
             await r.aclose()
 
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={
+    return Starlette(routes=data_routes + admin_routes, lifespan=lifespan,
+                     middleware=[Middleware(logs.RequestContext, access_log=settings.access_log)],
+                     exception_handlers={
         ApiError: _api_error,
         HTTPException: _http_error,
         UnknownTopic: _unknown_topic,
@@ -90,7 +115,7 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return JSON(exc.body(), status_code=exc.status)
+    return JSON(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -105,6 +130,7 @@ async def _unknown_topic(request: Request, exc: Exception) -> Response:
 
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
+    metrics.dependency_error("broker" if isinstance(exc, BrokerUnavailable) else "redis")
     log.warning("dependency unavailable on %s: %s", request.url.path, exc)
     return JSON({"error": {"code": "unavailable", "message": f"a dependency is unavailable: {exc}"}},
                 status_code=503, headers={"Retry-After": "1"})
@@ -117,5 +143,6 @@ async def _internal(request: Request, exc: Exception) -> Response:
 
 def factory() -> Starlette:
     """Entry point for ``uvicorn --factory gateway.app:factory``."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    return create_app()
+    settings = Settings.load()
+    logs.configure(settings.log_level)
+    return create_app(settings)

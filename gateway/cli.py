@@ -3,30 +3,80 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator, MutableMapping
 
-from . import devstack
+from . import admin_cli, devstack
+
+PROM_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def _serve_cmd(host: str, port: int, workers: int) -> list[str]:
-    return [sys.executable, "-m", "uvicorn", "gateway.app:factory", "--factory", "--host", host,
-            "--port", str(port), "--workers", str(workers), "--loop", "uvloop", "--http", "httptools",
-            "--no-access-log", "--timeout-graceful-shutdown", "5"]
+    """How ``dev`` starts the gateway: ``mqgw serve`` in a child process."""
+    return [sys.executable, "-m", "gateway", "serve", "--host", host, "--port", str(port),
+            "--workers", str(workers)]
+
+
+@contextlib.contextmanager
+def prometheus_dir(env: MutableMapping[str, str]) -> Iterator[str]:
+    """A clean multiprocess metrics directory in ``env[PROMETHEUS_MULTIPROC_DIR]`` for the workers.
+
+    Counters of every worker (including ones that died and were replaced) are summed from the
+    *.db files there, so files left by an earlier run would be counted again: a directory the
+    user chose is emptied of them; otherwise a fresh one is made and removed afterwards.
+    """
+    given = env.get(PROM_ENV)
+    if given:
+        os.makedirs(given, exist_ok=True)
+        for f in glob.glob(os.path.join(given, "*.db")):
+            os.remove(f)
+        yield given
+        return
+    path = tempfile.mkdtemp(prefix="mqgw-prom-")
+    env[PROM_ENV] = path
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        if env.get(PROM_ENV) == path:
+            del env[PROM_ENV]
 
 
 def serve(args: argparse.Namespace) -> int:
-    os.execv(sys.executable, _serve_cmd(args.host, args.port, args.workers))
-    return 0  # not reached
+    """Run uvicorn in this process (it becomes the workers' supervisor), then clean up."""
+    import uvicorn
+
+    from .config import Settings
+
+    level = str(getattr(Settings.load(), "log_level", "INFO"))  # the workers read the same settings
+    # uvicorn re-raises the SIGTERM it shut down on; make that an exit that runs the cleanup.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    # Set before prometheus_client is imported (gateway.logs imports it): with --workers 1 the
+    # app runs in this very process.
+    with prometheus_dir(os.environ):
+        from . import logs
+
+        uvicorn.run("gateway.app:factory", factory=True, host=args.host, port=args.port,
+                    workers=args.workers, loop="uvloop", http="httptools", access_log=False,
+                    timeout_graceful_shutdown=5, log_config=logs.log_config(level))
+    return 0
 
 
 def dev(args: argparse.Namespace) -> int:
     """Start what is missing (redis-server, Tansu), then the gateway; Ctrl-C stops all of it."""
     started: list[devstack.Service] = []
     env = dict(os.environ)
+    # A development gateway: serve any consumer or producer name, no API keys.
+    env.setdefault("MQGW_OPEN_MODE", "true")
+    env.setdefault("MQGW_AUTH", "false")
     try:
         if not (env.get("REDIS_URL") or env.get("MQGW_REDIS_URL")):
             r = devstack.start_redis()
@@ -45,7 +95,7 @@ def dev(args: argparse.Namespace) -> int:
         started.append(devstack.Service("gateway", args.port, gw))
         devstack.wait_port(args.port, timeout=30, proc=gw)
         base = f"http://{args.host}:{args.port}"
-        _put_json(f"{base}/consumers/demo-group/config", {"start": "earliest"})
+        _patch_json(f"{base}/admin/consumers/demo-group", {"start": "earliest"})
         print(f"""
 mq-gateway is up at {base}   (API description: {base}/openapi.yaml)
 
@@ -66,12 +116,12 @@ Ctrl-C stops the gateway and everything started with it.""", flush=True)
             s.stop()
 
 
-def _put_json(url: str, body: dict) -> None:
+def _patch_json(url: str, body: dict) -> None:
     """Let the banner's example consumer read what the example producer wrote before it."""
     import json
     import urllib.request
 
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="PUT",
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="PATCH",
                                  headers={"content-type": "application/json"})
     for _ in range(50):
         try:
@@ -90,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--port", type=int, default=int(os.environ.get("MQGW_PORT", "8080")))
         p.add_argument("--workers", type=int, default=int(os.environ.get("MQGW_WORKERS", "2")))
         p.set_defaults(fn=fn)
+    admin_cli.add_commands(sub)
     args = ap.parse_args(argv)
     return int(args.fn(args))
 

@@ -49,6 +49,21 @@ class Settings:
     #: librdkafka linger for produce requests of many messages: longer gives the broker bigger
     #: batches (less work per record) at the cost of latency. Small requests use 0.5 ms.
     produce_linger_ms: int = 2
+    #: Open mode: consumers and producers that are not registered are served anyway (with the
+    #: defaults above). Registered ones are held to their registration either way. Meant for
+    #: development (``mqgw dev`` turns it on); production should register every name.
+    open_mode: bool = False
+    #: Require an API key (``Authorization: Bearer <key>``) on every data and admin request.
+    #: Bootstrap the first admin key with ``mqgw keys bootstrap``.
+    auth: bool = True
+    #: One JSON line per HTTP request (logger ``mqgw.access``).
+    access_log: bool = True
+    #: Root log level: DEBUG, INFO, WARNING, ERROR.
+    log_level: str = "INFO"
+    #: How often backlog alerts are evaluated (by one node per interval, elected in Redis).
+    alert_interval_ms: int = 15_000
+    #: Where alert state changes are POSTed as JSON ('' for nowhere).
+    alert_webhook_url: str = ""
 
     @classmethod
     def load(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -70,7 +85,7 @@ class Settings:
         for f in fields(cls):
             if f.name in values:
                 raw = values[f.name]
-                out[f.name] = int(raw) if f.type in ("int", int) else str(raw)
+                out[f.name] = _convert(f.name, f.type, raw)
         s = cls(**out)
         if s.start_position not in ("latest", "earliest"):
             raise ValueError("start_position must be 'latest' or 'earliest'")
@@ -81,6 +96,20 @@ class Settings:
         pairs = (p.split("=", 1) for p in self.kafka_config.split(",") if "=" in p)
         return {k.strip(): v.strip() for k, v in pairs}
 
+
+def _convert(name: str, kind: Any, raw: Any) -> Any:
+    if kind in ("bool", bool):
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text not in _BOOLS:
+            raise ValueError(f"{name} must be true or false, not {raw!r}")
+        return _BOOLS[text]
+    return int(raw) if kind in ("int", int) else str(raw)
+
+
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True,
+          "0": False, "false": False, "no": False, "off": False}
 
 #: Settings also accepted without the MQGW_ prefix, as the README promises.
 _BARE_ENV = {"redis_url", "kafka_bootstrap", "kafka_config"}

@@ -15,11 +15,14 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
-from .broker import Broker, FetchResult, Record
+from . import metrics
+from .auth import Authorizer
+from .broker import Broker, FetchResult, Record, UnknownTopic
 from .config import Settings
-from .errors import bad_request
+from .errors import ApiError, bad_request
 from .requestid import BatchRef, RequestIdCodec
-from .store import AckResult, Lock, NoQueue, OffsetStore, Paused, now_ms
+from .store import (AckResult, Credential, Lock, NoQueue, OffsetStore, Paused, RateLimited,
+                    Refused, now_ms)
 from .watermarks import Watermarks
 
 #: While long-polling with a backlog held under other consumers' locks, re-run choose this
@@ -28,6 +31,18 @@ RECHECK_S = 1.0
 #: With no backlog anywhere only new records (seen as a watermark change, no Redis call per
 #: waiter) or an offset reset create work, so a slow re-check is enough.
 IDLE_RECHECK_S = 5.0
+#: Each process re-announces the consumers it serves (for the all-consumer views) this often.
+SEEN_EVERY_MS = 60_000
+
+_REFUSED = {
+    "unregistered": (403, "unregistered_consumer", "consumer {g!r} is not registered "
+                     "(PUT /admin/consumers/{g}, or run the gateway in open mode)"),
+    "topic_not_allowed": (403, "topic_not_allowed", "consumer {g!r} is not registered for topic {t!r}"),
+    "client_id_required": (400, "client_id_required", "consumer {g!r} is registered in broadcast "
+                           "mode: every request needs a clientId"),
+    "client_id_not_allowed": (400, "client_id_not_allowed", "consumer {g!r} is registered in "
+                              "cluster mode: a clientId is not allowed"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,16 +55,19 @@ class FetchParams:
     encoding: str  # utf8 (falls back to base64 per record when not UTF-8) | base64
     address: str
     ack_request_id: str = ""
+    credential: Credential | None = None  # None: auth is off
 
 
 class ConsumeService:
     def __init__(self, settings: Settings, store: OffsetStore, broker: Broker,
-                 watermarks: Watermarks, codec: RequestIdCodec) -> None:
+                 watermarks: Watermarks, codec: RequestIdCodec, authorizer: Authorizer) -> None:
         self.settings = settings
         self.store = store
         self.broker = broker
         self.wm = watermarks
         self.codec = codec
+        self.auth = authorizer
+        self._seen: dict[str, int] = {}
 
     # -- /message -------------------------------------------------------------------------
     async def fetch(self, p: FetchParams) -> dict[str, Any]:
@@ -59,20 +77,31 @@ class ConsumeService:
             if (ref.group, ref.client_id, ref.topic) != (p.group, p.client_id, p.topic):
                 raise bad_request("request_id_mismatch",
                                   "requestId belongs to another consumer, clientId or topic")
-            acked = ack_body(await self._ack(ref))
+            acked = ack_body(await self._ack(ref, p.credential))
+        await self._announce(p.group)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + p.wait_ms / 1000
         skip: set[str] = set()  # queues that had nothing readable during this request
         while True:
-            wm = await self.wm.get(p.topic)
+            try:
+                wm = await self.wm.get(p.topic)
+            except (UnknownTopic, ApiError) as e:
+                if isinstance(e, UnknownTopic) or e.code == "unknown_topic":
+                    await self.auth.require_consume(p.credential, p.group)  # 401/403 before 404
+                raise
             version = self.wm.version(p.topic)
             chosen = await self.store.choose(
                 p.group, p.client_id, p.topic, wm, address=p.address,
                 default_timeout_ms=self.settings.consume_timeout_ms,
                 default_start=self.settings.start_position,
-                client_idle_ms=self.settings.client_idle_ms, skip=skip)
-            if isinstance(chosen, Paused):  # answered at once: a paused consumer has no work
+                client_idle_ms=self.settings.client_idle_ms, max_messages=p.max_messages,
+                open_mode=self.settings.open_mode, credential=p.credential, skip=skip)
+            if isinstance(chosen, Refused):
+                raise await self._refused(chosen.reason, p)
+            if isinstance(chosen, (Paused, RateLimited)):  # answered at once, never long-polled
                 body = {"status": "paused", "topic": p.topic, "messages": []}
+                if isinstance(chosen, RateLimited):
+                    body.update(status="rate_limited", retryAfterMs=chosen.retry_after_ms)
                 if acked is not None:
                     body["ack"] = acked
                 return body
@@ -93,6 +122,19 @@ class ConsumeService:
             await self._wait_for_work(p.topic, version, chosen, remaining)
             skip.clear()
 
+    async def _refused(self, reason: str, p: FetchParams) -> ApiError:
+        if reason == "unauthorized":
+            return await self.auth.consume_refused(p.credential, p.group)
+        status, code, text = _REFUSED[reason]
+        return ApiError(status, code, text.format(g=p.group, t=p.topic))
+
+    async def _announce(self, group: str) -> None:
+        """List the consumer in ``P:{reg}:seen`` (once a minute per process) for the views."""
+        now = now_ms()
+        if now - self._seen.get(group, 0) >= SEEN_EVERY_MS:
+            self._seen[group] = now
+            await self.store.redis.sadd(self.store.registry_key("seen"), group)
+
     async def _wait_for_work(self, topic: str, version: int, none: NoQueue, remaining: float) -> None:
         if none.wake_ms >= 0:
             wake = min(remaining, RECHECK_S, max(0.0, (none.wake_ms - now_ms()) / 1000) + 0.002)
@@ -110,7 +152,8 @@ class ConsumeService:
             if self.wm.version(topic) != version:
                 return
 
-    async def _read(self, p: FetchParams, queue: str, start: int) -> tuple[FetchResult, dict | None]:
+    async def _read(self, p: FetchParams, queue: str, start: int,
+                    limit: int) -> tuple[FetchResult, dict | None]:
         """Fetch at ``start``; return the result and what was skipped over, if anything.
 
         Offsets missing at the start of a read (records begin above ``start``, or there are no
@@ -119,13 +162,13 @@ class ConsumeService:
         that become readable a moment later. So such a hole is accepted only after one more
         look; a committed offset never jumps over records that were never returned otherwise.
         """
-        res = await self.broker.fetch(p.topic, queue, start, p.max_messages)
+        res = await self.broker.fetch(p.topic, queue, start, limit)
         if res.out_of_range and res.low_watermark > start:
-            res2 = await self.broker.fetch(p.topic, queue, res.low_watermark, p.max_messages)
+            res2 = await self.broker.fetch(p.topic, queue, res.low_watermark, limit)
             return res2, {"from": start, "to": res.low_watermark, "reason": "out_of_retention"}
         if _first_offset(res) > start:
             await asyncio.sleep(self.settings.gap_recheck_ms / 1000)
-            res = await self.broker.fetch(p.topic, queue, start, p.max_messages)
+            res = await self.broker.fetch(p.topic, queue, start, limit)
             first = _first_offset(res)
             if first > start:
                 return res, {"from": start, "to": first, "reason": "gap" if res.records else "no_records"}
@@ -135,7 +178,7 @@ class ConsumeService:
         """Read the locked queue; None (with the lock released or the gap committed) if empty."""
         start = lock.committed
         try:
-            res, skipped = await self._read(p, lock.queue, start)
+            res, skipped = await self._read(p, lock.queue, start, lock.allowance)
         except BaseException:
             # The broker failed (or the client went away): free the queue for the next fetch now
             # rather than after the consume timeout.
@@ -173,19 +216,26 @@ class ConsumeService:
         return body
 
     # -- /ack and /unlock -----------------------------------------------------------------
-    async def ack(self, request_id: str) -> AckResult:
-        return await self._ack(self.codec.decode(request_id))
+    async def ack(self, request_id: str, credential: Credential | None = None) -> AckResult:
+        return await self._ack(self.codec.decode(request_id), credential)
 
-    async def _ack(self, ref: BatchRef) -> AckResult:
-        return await self.store.ack(ref.group, ref.client_id, ref.topic, ref.queue, ref.offset,
-                                    ref.next_offset, ref.token,
-                                    default_timeout_ms=self.settings.consume_timeout_ms,
-                                    high_watermark=ref.high_watermark)
+    async def _ack(self, ref: BatchRef, credential: Credential | None) -> AckResult:
+        r = await self.store.ack(ref.group, ref.client_id, ref.topic, ref.queue, ref.offset,
+                                 ref.next_offset, ref.token,
+                                 default_timeout_ms=self.settings.consume_timeout_ms,
+                                 high_watermark=ref.high_watermark, credential=credential)
+        if r.result == "unauthorized":
+            raise await self.auth.consume_refused(credential, ref.group)
+        metrics.acked(r.result)
+        return r
 
-    async def unlock(self, request_id: str) -> tuple[str, int]:
+    async def unlock(self, request_id: str, credential: Credential | None = None) -> tuple[str, int]:
         ref = self.codec.decode(request_id)
-        return await self.store.unlock(ref.group, ref.client_id, ref.topic, ref.queue, ref.token,
-                                       ref.high_watermark)
+        result, committed = await self.store.unlock(ref.group, ref.client_id, ref.topic, ref.queue,
+                                                    ref.token, ref.high_watermark, credential)
+        if result == "unauthorized":
+            raise await self.auth.consume_refused(credential, ref.group)
+        return result, committed
 
 
 _ACK_STATUS = {"committed": 200, "already_committed": 200, "lock_lost": 409,

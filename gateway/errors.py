@@ -12,11 +12,13 @@ from typing import Any
 class ApiError(Exception):
     """An error with an HTTP status and a stable, machine-readable code."""
 
-    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
+    def __init__(self, status: int, code: str, message: str, *,
+                 headers: dict[str, str] | None = None, **details: Any) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers
         self.details = details
 
     def body(self) -> dict[str, Any]:
@@ -32,6 +34,14 @@ def bad_request(code: str, message: str, **details: Any) -> ApiError:
 
 def not_found(code: str, message: str, **details: Any) -> ApiError:
     return ApiError(404, code, message, **details)
+
+
+def unauthorized(code: str, message: str) -> ApiError:
+    return ApiError(401, code, message, headers={"WWW-Authenticate": 'Bearer realm="mq-gateway"'})
+
+
+def forbidden(code: str, message: str, **details: Any) -> ApiError:
+    return ApiError(403, code, message, **details)
 
 
 class BrokerUnavailable(Exception):

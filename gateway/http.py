@@ -9,11 +9,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from . import admin
 from .consume import FetchParams, ack_body, ack_status
 from .errors import ApiError, bad_request
+from .metrics import fetched, metrics_route
 from .names import check_name, check_topic
-from .produce import parse_produce, produce
+from .produce import check_producer, parse_produce, produce
 from .store import now_ms
 
 
@@ -87,14 +87,17 @@ def client_address(request: Request) -> str:
 
 async def produce_route(request: Request) -> Response:
     gw = _state(request)
+    credential = gw.auth.credential(request.headers)
     body = await read_json(request, gw.settings.max_body_bytes)
-    topic, messages = parse_produce(body, gw.settings.max_produce_batch)
+    topic, producer, messages = parse_produce(body, gw.settings.max_produce_batch)
+    await check_producer(gw.store, credential, gw.settings.open_mode, producer, topic)
     return JSON(await produce(gw.broker, topic, messages))
 
 
 async def message_route(request: Request) -> Response:
     gw = _state(request)
     s = gw.settings
+    credential = gw.auth.credential(request.headers)
     p = await _params(request)
     encoding = p.get("encoding") or "utf8"
     if encoding not in ("utf8", "base64"):
@@ -113,8 +116,14 @@ async def message_route(request: Request) -> Response:
         encoding=encoding,
         address=client_address(request),
         ack_request_id=rid,
+        credential=credential,
     )
-    return JSON(await gw.consume.fetch(params))
+    body = await gw.consume.fetch(params)
+    fetched(body["status"], len(body["messages"]), bool(body.get("redelivered")))
+    if body["status"] == "rate_limited":
+        retry_s = str(max(1, -(-body["retryAfterMs"] // 1000)))
+        return JSON(body, status_code=429, headers={"Retry-After": retry_s})
+    return JSON(body)
 
 
 async def _request_id(request: Request) -> str:
@@ -128,7 +137,9 @@ async def _request_id(request: Request) -> str:
 
 
 async def ack_route(request: Request) -> Response:
-    r = await _state(request).consume.ack(await _request_id(request))
+    gw = _state(request)
+    credential = gw.auth.credential(request.headers)
+    r = await gw.consume.ack(await _request_id(request), credential)
     body = ack_body(r)
     status = ack_status(r)
     if status != 200:
@@ -138,7 +149,9 @@ async def ack_route(request: Request) -> Response:
 
 
 async def unlock_route(request: Request) -> Response:
-    result, committed = await _state(request).consume.unlock(await _request_id(request))
+    gw = _state(request)
+    credential = gw.auth.credential(request.headers)
+    result, committed = await gw.consume.unlock(await _request_id(request), credential)
     body: dict[str, Any] = {"result": result, "committedOffset": committed}
     status = {"unlocked": 200, "not_locked": 200, "lock_lost": 409, "unknown": 404}[result]
     if status != 200:
@@ -152,6 +165,7 @@ async def queues_route(request: Request) -> Response:
     gw = _state(request)
     group = check_name(request.path_params["group"], "consumer")
     client_id = check_name(request.path_params.get("client_id"), "clientId", required=False)
+    await gw.auth.require_consumer(request.headers, group)
     cfg = await gw.store.get_config(group)
     timeout = int(cfg.get("consume_timeout_ms") or gw.settings.consume_timeout_ms)
     now = now_ms()
@@ -179,56 +193,11 @@ async def queues_route(request: Request) -> Response:
 async def clients_route(request: Request) -> Response:
     gw = _state(request)
     group = check_name(request.path_params["group"], "consumer")
+    await gw.auth.require_consumer(request.headers, group)
     now = now_ms()
     clients = [{"clientId": c, "lastSeenMs": ts, "idleMs": now - ts}
                for c, ts in await gw.store.clients(group)]
     return JSON({"consumer": group, "idleExpiryMs": gw.settings.client_idle_ms, "clients": clients})
-
-
-_CONFIG_FIELDS = {"consumeTimeoutMs": "consume_timeout_ms", "start": "start"}
-
-
-async def config_route(request: Request) -> Response:
-    gw = _state(request)
-    group = check_name(request.path_params["group"], "consumer")
-    if request.method == "PUT":
-        body = await read_json(request, gw.settings.max_body_bytes)
-        if not isinstance(body, dict):
-            raise bad_request("invalid_body", "request body must be a JSON object")
-        extra = set(body) - set(_CONFIG_FIELDS)
-        if extra:
-            raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
-        values: dict[str, str | int] = {}
-        if "consumeTimeoutMs" in body:
-            values["consume_timeout_ms"] = _int(body, "consumeTimeoutMs", None, 100, 86_400_000,
-                                                  "invalid_consume_timeout_ms")
-        if "start" in body:
-            if body["start"] not in ("latest", "earliest"):
-                raise bad_request("invalid_start", "start must be 'latest' or 'earliest'")
-            values["start"] = body["start"]
-        await gw.store.set_config(group, values)
-    cfg = await gw.store.get_config(group)
-    return JSON({
-        "consumer": group,
-        "consumeTimeoutMs": int(cfg.get("consume_timeout_ms") or gw.settings.consume_timeout_ms),
-        "start": cfg.get("start") or gw.settings.start_position,
-        "paused": cfg.get("paused") == "1",
-    })
-
-
-async def pause_route(request: Request) -> Response:
-    group = check_name(request.path_params["group"], "consumer")
-    paused = request.url.path.endswith("/pause")
-    return JSON(await admin.set_paused(_state(request).store, group, paused))
-
-
-async def reset_route(request: Request) -> Response:
-    gw = _state(request)
-    group = check_name(request.path_params["group"], "consumer")
-    body = await read_json(request, gw.settings.max_body_bytes)
-    if not isinstance(body, dict):
-        raise bad_request("invalid_body", "request body must be a JSON object")
-    return JSON(await admin.reset(gw.store, gw.broker, group, body))
 
 
 async def healthz(request: Request) -> Response:
@@ -255,7 +224,8 @@ async def openapi_route(request: Request) -> Response:
     return Response(spec, media_type="application/yaml")
 
 
-routes = [
+data_routes = [
+    Route("/metrics", metrics_route, methods=["GET"]),
     Route("/produce", produce_route, methods=["POST"]),
     Route("/message", message_route, methods=["GET", "POST"]),
     Route("/ack", ack_route, methods=["POST"]),
@@ -263,10 +233,6 @@ routes = [
     Route("/consumers/{group}/queues", queues_route, methods=["GET"]),
     Route("/consumers/{group}/clients", clients_route, methods=["GET"]),
     Route("/consumers/{group}/clients/{client_id}/queues", queues_route, methods=["GET"]),
-    Route("/consumers/{group}/config", config_route, methods=["GET", "PUT"]),
-    Route("/admin/consumers/{group}/pause", pause_route, methods=["POST"]),
-    Route("/admin/consumers/{group}/resume", pause_route, methods=["POST"]),
-    Route("/admin/consumers/{group}/reset", reset_route, methods=["POST"]),
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/openapi.yaml", openapi_route, methods=["GET"]),

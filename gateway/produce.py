@@ -10,19 +10,23 @@ import base64
 import binascii
 from typing import Any
 
+from . import metrics
 from .broker import Broker, OutgoingMessage, ProduceResult
-from .errors import ApiError, bad_request
-from .names import check_topic
+from .errors import ApiError, bad_request, forbidden, unauthorized
+from .names import check_name, check_topic
+from .store import Credential, OffsetStore
 
 _MESSAGE_FIELDS = {"value", "key", "headers", "partition", "timestamp", "encoding"}
 _ENCODINGS = ("utf8", "base64")
 MAX_HEADERS = 64
 
 
-def parse_produce(body: Any, max_batch: int) -> tuple[str, list[OutgoingMessage]]:
+def parse_produce(body: Any, max_batch: int) -> tuple[str, str, list[OutgoingMessage]]:
+    """Returns (topic, producer name or '', messages)."""
     if not isinstance(body, dict):
         raise bad_request("invalid_body", "request body must be a JSON object")
     topic = check_topic(body.get("topic"))
+    producer = check_name(body.get("producer"), "producer", required=False)
     default_enc = body.get("encoding", "utf8")
     if default_enc not in _ENCODINGS:
         raise bad_request("invalid_encoding", "encoding must be 'utf8' or 'base64'")
@@ -33,15 +37,37 @@ def parse_produce(body: Any, max_batch: int) -> tuple[str, list[OutgoingMessage]
         if len(raw) > max_batch:
             raise ApiError(413, "too_many_messages", f"at most {max_batch} messages per request",
                            limit=max_batch)
-        extra = set(body) - {"topic", "messages", "encoding"}
+        extra = set(body) - {"topic", "producer", "messages", "encoding"}
     else:
         raw = [{k: v for k, v in body.items() if k in _MESSAGE_FIELDS}]
-        extra = set(body) - _MESSAGE_FIELDS - {"topic"}
+        extra = set(body) - _MESSAGE_FIELDS - {"topic", "producer"}
         if "value" not in body:
             raise bad_request("missing_value", "give 'value' (one message) or 'messages' (a batch)")
     if extra:
         raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
-    return topic, [_message(m, i, default_enc) for i, m in enumerate(raw)]
+    return topic, producer, [_message(m, i, default_enc) for i, m in enumerate(raw)]
+
+
+async def check_producer(store: OffsetStore, credential: Credential | None, open_mode: bool,
+                         producer: str, topic: str) -> None:
+    """Refuse a produce the key or the producer registry does not allow (one Redis call; none
+    at all when auth is off and the gateway is in open mode)."""
+    if credential is None and open_mode and not producer:
+        return
+    verdict, who = await store.produce_check(credential, open_mode, producer, topic)
+    if verdict == "ok":
+        return
+    if verdict == "unauthenticated":
+        raise unauthorized("invalid_api_key", "the API key is not valid")
+    if verdict == "forbidden":
+        raise forbidden("forbidden", f"this API key may not produce as {who!r}" if who
+                        else "this API key is not bound to any producer")
+    if verdict == "producer_required":
+        raise bad_request("missing_producer", "name the producer: 'producer' in the body")
+    if verdict == "unregistered_producer":
+        raise forbidden("unregistered_producer", f"producer {who!r} is not registered "
+                        f"(PUT /admin/producers/{who})")
+    raise forbidden("topic_not_allowed", f"producer {who!r} is not registered for topic {topic!r}")
 
 
 def _message(m: Any, i: int, default_enc: str) -> OutgoingMessage:
@@ -119,4 +145,5 @@ async def produce(broker: Broker, topic: str, messages: list[OutgoingMessage]) -
             out.append({"error": {"code": r.error_code, "message": r.error}})
         else:
             out.append({"partition": r.partition, "offset": r.offset})
+    metrics.produced(len(out) - failed, failed)
     return {"topic": topic, "failed": failed, "results": out}

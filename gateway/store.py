@@ -7,13 +7,20 @@ so all of one group's keys live in one slot and its scripts run on one node):
 ``P:{G}:q``                hash    cluster-mode queues: ``topic:queue:max|com|lock|tok|acc|addr``
 ``P:{G}:q:<clientId>``     hash    the same, one per broadcast clientId (expires when idle)
 ``P:{G}:clients``          zset    broadcast clientIds scored by last-seen time (ms)
-``P:{G}:cfg``              hash    per-consumer settings: ``consume_timeout_ms``, ``start``
+``P:{G}:cfg``              hash    the consumer's registration and settings (registry.py)
+``P:{G}:auth``             hash    API keys that may consume as G: key id -> sha256 of the key
+``P:{G}:rl``               hash    rate-limit token bucket: ``tokens``, ``ts``
 ``P:{wm:<topic>}``         hash    broker watermarks ``queue:lo|hi``, ``queues``, ``ts``
 ``P:{wm:<topic>}:lease``   string  who refreshes the watermarks this interval
+``P:{reg}:consumers``      set     registered consumer names
+``P:{reg}:seen``           set     unregistered consumer names served in open mode
+``P:{reg}:producers``      hash    producer name -> JSON registration (topics)
+``P:{reg}:keys``           hash    API key id -> JSON record (sha256, name, grants)
 =========================  ======  ====================================================
 
 Choose+lock, ack and unlock are each exactly one Lua script call, so no decision is
-ever made on a value read earlier from Python.
+ever made on a value read earlier from Python; the API-key check, the registration check
+and the rate-limit token bucket happen inside those same calls.
 """
 
 from __future__ import annotations
@@ -34,6 +41,18 @@ def now_ms() -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Credential:
+    """An API key as presented: its id and the SHA-256 (hex) of the whole key."""
+
+    key_id: str
+    sha256: str
+
+
+#: What the scripts get when auth is off.
+NO_CREDENTIAL = Credential("", "")
+
+
+@dataclass(frozen=True, slots=True)
 class Lock:
     """A queue locked for one batch."""
 
@@ -43,6 +62,22 @@ class Lock:
     max_offset: int
     previous_lock_ms: int  # >0 means the previous holder's lock expired: this is a redelivery
     timeout_ms: int
+    allowance: int  # records this batch may hold: the request, the consumer's cap, the rate limit
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The caller may not consume here: ``unauthorized``, ``unregistered``, ``topic_not_allowed``,
+    ``client_id_required`` or ``client_id_not_allowed``."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimited:
+    """Over the consumer's rate limit; a token is due in ``retry_after_ms``."""
+
+    retry_after_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +122,7 @@ class OffsetStore:
         self._wm_get = load("watermarks")
         self._wm_put = load("watermarks_put")
         self._reset = load("reset")
+        self._produce_check = load("produce_check")
 
     # -- key names -------------------------------------------------------------------------
     def queues_key(self, group: str, client_id: str = "") -> str:
@@ -98,6 +134,16 @@ class OffsetStore:
 
     def clients_key(self, group: str) -> str:
         return f"{self.prefix}:{{{group}}}:clients"
+
+    def grants_key(self, group: str) -> str:
+        return f"{self.prefix}:{{{group}}}:auth"
+
+    def bucket_key(self, group: str) -> str:
+        return f"{self.prefix}:{{{group}}}:rl"
+
+    def registry_key(self, what: str) -> str:
+        """``consumers``, ``seen``, ``producers`` or ``keys``: one slot for the whole registry."""
+        return f"{self.prefix}:{{reg}}:{what}"
 
     def watermark_keys(self, topic: str) -> tuple[str, str]:
         base = f"{self.prefix}:{{wm:{topic}}}"
@@ -115,37 +161,56 @@ class OffsetStore:
         default_timeout_ms: int,
         default_start: str,
         client_idle_ms: int,
+        max_messages: int = 1 << 30,
+        open_mode: bool = True,
+        credential: Credential | None = None,
         skip: set[str] | frozenset[str] = frozenset(),
         now: int | None = None,
-    ) -> Lock | NoQueue | Paused:
-        """Lock the free queue with the largest backlog (ties: least recently used)."""
+    ) -> Lock | NoQueue | Paused | Refused | RateLimited:
+        """Check the caller, then lock the free queue with the largest backlog (ties: least
+        recently used). ``credential`` None means auth is off."""
+        cred = credential or NO_CREDENTIAL
         args: list[Any] = [topic, now or now_ms(), default_timeout_ms, default_start, address,
-                           client_id, client_idle_ms, f",{','.join(skip)}," if skip else ""]
+                           client_id, client_idle_ms, f",{','.join(skip)}," if skip else "",
+                           max_messages, int(open_mode), int(credential is not None),
+                           cred.key_id, cred.sha256]
         for q, (lo, hi) in watermarks.items():
             args += (q, lo, hi)
-        keys = [self.queues_key(group, client_id), self.config_key(group), self.clients_key(group)]
+        keys = [self.queues_key(group, client_id), self.config_key(group), self.clients_key(group),
+                self.grants_key(group), self.bucket_key(group)]
         r = await self._choose(keys=keys, args=args)
-        if int(r[0]) == 2:
-            return Paused()
-        if int(r[0]) == 0:
+        kind = int(r[0])
+        if kind == 1:
+            return Lock(_s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]))
+        if kind == 0:
             return NoQueue(int(r[1]))
-        return Lock(_s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]))
+        if kind == 2:
+            return Paused()
+        if kind == 3:
+            return Refused(_s(r[1]))
+        return RateLimited(int(r[1]))
 
     async def ack(
         self, group: str, client_id: str, topic: str, queue: str, offset: int, next_offset: int,
-        token: int, *, default_timeout_ms: int, high_watermark: int = -1, now: int | None = None,
+        token: int, *, default_timeout_ms: int, high_watermark: int = -1,
+        credential: Credential | None = None, now: int | None = None,
     ) -> AckResult:
-        keys = [self.queues_key(group, client_id), self.config_key(group)]
+        cred = credential or NO_CREDENTIAL
+        keys = [self.queues_key(group, client_id), self.config_key(group), self.grants_key(group)]
         args = [f"{topic}:{queue}:", offset, next_offset, token, now or now_ms(),
-                default_timeout_ms, high_watermark]
+                default_timeout_ms, high_watermark, int(credential is not None), cred.key_id,
+                cred.sha256]
         r = await self._ack(keys=keys, args=args)
         return AckResult(_s(r[0]), int(r[1]), _s(r[2]))
 
     async def unlock(
-        self, group: str, client_id: str, topic: str, queue: str, token: int, high_watermark: int = -1
+        self, group: str, client_id: str, topic: str, queue: str, token: int,
+        high_watermark: int = -1, credential: Credential | None = None,
     ) -> tuple[str, int]:
-        r = await self._unlock(keys=[self.queues_key(group, client_id)],
-                               args=[f"{topic}:{queue}:", token, high_watermark])
+        cred = credential or NO_CREDENTIAL
+        r = await self._unlock(keys=[self.queues_key(group, client_id), self.grants_key(group)],
+                               args=[f"{topic}:{queue}:", token, high_watermark,
+                                     int(credential is not None), cred.key_id, cred.sha256])
         return _s(r[0]), int(r[1])
 
     async def reset(self, group: str, client_id: str, topic: str,
@@ -158,6 +223,15 @@ class OffsetStore:
             args += (q, off)
         r = await self._reset(keys=[self.queues_key(group, client_id)], args=args)
         return [(_s(r[i]), int(r[i + 1]), int(r[i + 2])) for i in range(0, len(r), 3)]
+
+    async def produce_check(self, credential: Credential | None, open_mode: bool, producer: str,
+                            topic: str) -> tuple[str, str]:
+        """May this caller produce to ``topic``? Returns (verdict, producer): see produce_check.lua."""
+        cred = credential or NO_CREDENTIAL
+        r = await self._produce_check(
+            keys=[self.registry_key("keys"), self.registry_key("producers")],
+            args=[int(credential is not None), cred.key_id, cred.sha256, int(open_mode), producer, topic])
+        return _s(r[0]), _s(r[1])
 
     # -- broker watermarks shared by all nodes ----------------------------------------------
     async def read_watermarks(

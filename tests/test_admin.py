@@ -43,7 +43,7 @@ def test_pause_is_seen_by_every_node_at_once_and_resume_continues(api: Api, make
     r = api.message(2, consumer=g, topic=topic, wait_ms=5000, requestId=first["requestId"]).json()
     assert time.monotonic() - start < 1.0  # answered at once, no long poll
     assert r["status"] == "paused" and r["messages"] == [] and r["ack"]["result"] == "committed"
-    assert api.http.get(api.url(f"/consumers/{g}/config")).json()["paused"] is True
+    assert api.http.get(api.url(f"/admin/consumers/{g}")).json()["paused"] is True
     admin(api, 0, g, "resume")
     r = api.message(1, consumer=g, topic=topic, max=10).json()
     assert values(r) == ["b", "c"] and r["offset"] == 1

@@ -9,6 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.config import Settings
+from gateway.auth import Authorizer, KeyStore
 from gateway.consume import ConsumeService, FetchParams
 from gateway.errors import ApiError
 from gateway.requestid import RequestIdCodec
@@ -28,9 +29,9 @@ def run(redis_url: str, broker: MemoryBroker, fn: Callable[[ConsumeService], Awa
         try:
             store = OffsetStore(r, unique("p"))  # a private key prefix per test
             settings = Settings(metadata_refresh_ms=refresh_ms, start_position="earliest",
-                                gap_recheck_ms=5)
+                                gap_recheck_ms=5, open_mode=True, auth=False)
             svc = ConsumeService(settings, store, broker, Watermarks(store, broker, refresh_ms),
-                                 RequestIdCodec("k"))
+                                 RequestIdCodec("k"), Authorizer(False, KeyStore(store)))
             return await fn(svc)
         finally:
             await r.aclose()

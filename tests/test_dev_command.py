@@ -55,6 +55,10 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
         for p in (port, redis_port, broker_port):
             assert not listening(p), f"port {p} still open after Ctrl-C"
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        if proc.poll() is None:  # a failed assertion: still let `dev` stop what it started
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)

@@ -121,13 +121,15 @@ def test_oversized_body_is_413(api: Api, topic: str) -> None:
 def test_ack_unknown_queue_and_routes(api: Api) -> None:
     expect(api.http.get(api.url("/nope")), 404, "not_found")
     expect(api.http.delete(api.url("/produce")), 405, "method_not_allowed")
-    expect(api.http.put(api.url(f"/consumers/{unique()}/config"), json={"start": "middle"}), 400,
+    expect(api.http.patch(api.url(f"/admin/consumers/{unique()}"), json={"start": "middle"}), 400,
            "invalid_start")
-    expect(api.http.put(api.url(f"/consumers/{unique()}/config"), json={"consumeTimeoutMs": 5}), 400,
+    expect(api.http.patch(api.url(f"/admin/consumers/{unique()}"), json={"consumeTimeoutMs": 5}), 400,
            "invalid_consume_timeout_ms")
-    expect(api.http.put(api.url(f"/consumers/{unique()}/config"), json={"consumeTimeoutMs": None}), 400,
+    expect(api.http.patch(api.url(f"/admin/consumers/{unique()}"), json={"consumeTimeoutMs": "1"}), 400,
            "invalid_consume_timeout_ms")
-    expect(api.http.put(api.url(f"/consumers/{unique()}/config"), json={"x": 1}), 400, "unknown_field")
+    expect(api.http.patch(api.url(f"/admin/consumers/{unique()}"), json={"x": 1}), 400, "unknown_field")
+    expect(api.http.put(api.url(f"/admin/consumers/{unique()}"), json={"mode": "cluster"}), 400,
+           "missing_topics")
     expect(api.http.get(api.url("/consumers/bad:name/queues")), 400, "invalid_consumer")
 
 

@@ -1,18 +1,26 @@
 """openapi.yaml describes the running gateway: every route, every status, every response body.
 
 The document itself is checked (OpenAPI 3.1, every ``$ref`` resolves, every schema is a valid
-JSON Schema of the OAS 3.1 dialect, every example matches its schema), its paths are compared
-with ``gateway.http.routes`` both ways, and then real requests go through real gateway
+JSON Schema of the OAS 3.1 dialect, every example matches its schema, the security declarations
+cover every operation but the open ones), its paths are compared with the routes of the app
+``gateway.app.create_app`` builds, both ways, and then real requests go through real gateway
 processes (conftest's cluster: uvicorn + redis-server + the broker): each response's status
 must be documented for its operation and its body must validate against the declared schema.
+
+Most requests go to the shared cluster, which runs in open mode with auth off. The statuses
+that need API keys and a closed registry (401, 403, the registry's 400s) come from one extra
+node with ``auth=true`` and ``open_mode=false`` and a key prefix of its own, whose first admin
+key is written to Redis with ``KeyStore.create``, as an operator would bootstrap it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import quote, unquote
@@ -21,17 +29,21 @@ import httpx
 import jsonschema
 import pytest
 import redis
+import redis.asyncio as aioredis
 import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
+from starlette.routing import Route
 
 from .conftest import HMAC_KEY, Api, Node, start_node, unique
 from gateway import devstack
+from gateway.app import create_app
+from gateway.auth import KeyStore
 from gateway.config import Settings
-from gateway.http import routes
 from gateway.requestid import BatchRef, RequestIdCodec
+from gateway.store import OffsetStore
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_PATH = ROOT / "openapi.yaml"
@@ -40,6 +52,10 @@ SPEC: dict[str, Any] = yaml.safe_load(SPEC_PATH.read_text())
 SPEC_URI = "https://mq-gateway.invalid/openapi.yaml"
 OAS31_DIALECT = "https://spec.openapis.org/oas/3.1/dialect/base"
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+#: Operations that never need an API key (``/metrics`` only once the app has it).
+OPEN_OPERATIONS = {("/healthz", "get"), ("/readyz", "get"), ("/openapi.yaml", "get"), ("/metrics", "get")}
+#: A value for each path parameter, to call any operation without a request of its own.
+SAMPLE_PATH_PARAMS = {"group": "g", "client_id": "c", "name": "p", "key_id": "0123456789abcdef"}
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -123,6 +139,15 @@ def operations() -> Iterator[tuple[str, str, dict[str, Any]]]:
                 yield path, method, item[method]
 
 
+def security_of(op: dict[str, Any]) -> list[dict[str, list[str]]]:
+    """The operation's effective security requirements ([] means: open to anyone)."""
+    return op.get("security", SPEC.get("security", []))
+
+
+def sample_path(template: str) -> str:
+    return re.sub(r"\{([^}]+)\}", lambda m: SAMPLE_PATH_PARAMS[m.group(1)], template)
+
+
 # -- checking live responses ----------------------------------------------------------------------
 
 #: (path template, method, status) of every response validated in this session.
@@ -197,41 +222,67 @@ def call(api: Api, method: str, path: str, template: str | None = None, status: 
     return check(r, template or path, status, code)
 
 
-def put_config(api: Api, group: str, values: dict[str, Any]) -> dict[str, Any]:
-    check_request_body(values, "/consumers/{group}/config", "put")
-    body = call(api, "PUT", f"/consumers/{group}/config", "/consumers/{group}/config", 200, json=values)
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def configure(api: Api, group: str, values: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """PATCH a consumer's settings (open mode: also for an unregistered consumer)."""
+    check_request_body(values, "/admin/consumers/{group}", "patch")
+    body = call(api, "PATCH", f"/admin/consumers/{group}", "/admin/consumers/{group}", 200,
+                json=values, headers=headers)
     for k, v in values.items():
-        assert body[k] == v
+        if v is not None and not isinstance(v, dict):  # objects come back with defaults filled in
+            assert body[k] == v, (k, body)
     return body
 
 
-def produce(api: Api, body: dict[str, Any]) -> dict[str, Any]:
+def register_consumer(api: Api, group: str, values: dict[str, Any], status: int,
+                      headers: dict[str, str] | None = None) -> dict[str, Any]:
+    check_request_body(values, "/admin/consumers/{group}", "put")
+    body = call(api, "PUT", f"/admin/consumers/{group}", "/admin/consumers/{group}", status,
+                json=values, headers=headers)
+    assert body["consumer"] == group and body["registered"] is True
+    assert body["topics"] == sorted(set(values["topics"]))
+    return body
+
+
+def register_producer(api: Api, name: str, topics: list[str], status: int,
+                      headers: dict[str, str] | None = None) -> dict[str, Any]:
+    check_request_body({"topics": topics}, "/admin/producers/{name}", "put")
+    body = call(api, "PUT", f"/admin/producers/{name}", "/admin/producers/{name}", status,
+                json={"topics": topics}, headers=headers)
+    assert body["producer"] == name and body["topics"] == sorted(set(topics))
+    return body
+
+
+def produce(api: Api, body: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
     check_request_body(body, "/produce", "post")
-    out = call(api, "POST", "/produce", status=200, json=body)
+    out = call(api, "POST", "/produce", status=200, json=body, headers=headers)
     assert out["failed"] == 0, out
     return out
 
 
-def fetch(api: Api, headers: dict[str, str] | None = None, **params: Any) -> dict[str, Any]:
+def fetch(api: Api, headers: dict[str, str] | None = None, status: int = 200, **params: Any) -> dict[str, Any]:
     check_query(params, "/message", "get")
     r = api.http.get(api.url("/message"), params=params, headers=headers)
-    return check(r, "/message", 200)
+    return check(r, "/message", status)
 
 
-def fetch_ok(api: Api, **params: Any) -> dict[str, Any]:
+def fetch_ok(api: Api, headers: dict[str, str] | None = None, **params: Any) -> dict[str, Any]:
     params.setdefault("wait_ms", 5000)
-    body = fetch(api, **params)
+    body = fetch(api, headers, **params)
     assert body["status"] == "ok", body
     return body
 
 
-def ack(api: Api, rid: str, status: int = 200) -> dict[str, Any]:
+def ack(api: Api, rid: str, status: int = 200, headers: dict[str, str] | None = None) -> dict[str, Any]:
     check_request_body({"requestId": rid}, "/ack", "post")
-    return call(api, "POST", "/ack", status=status, json={"requestId": rid})
+    return call(api, "POST", "/ack", status=status, json={"requestId": rid}, headers=headers)
 
 
-def unlock(api: Api, rid: str, status: int = 200) -> dict[str, Any]:
-    return call(api, "POST", "/unlock", status=status, json={"requestId": rid})
+def unlock(api: Api, rid: str, status: int = 200, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    return call(api, "POST", "/unlock", status=status, json={"requestId": rid}, headers=headers)
 
 
 def b64(b: bytes) -> str:
@@ -245,13 +296,27 @@ def forge(rid: str) -> str:
 
 
 def route_pairs() -> set[tuple[str, str]]:
+    """(path template, method) of every route of the app the gateway serves."""
     out = set()
-    for r in routes:
+    for r in create_app(Settings()).routes:  # building the app connects to nothing
+        assert isinstance(r, Route), f"not a plain route, check it by hand: {r!r}"
         path = re.sub(r"\{([^}:]+)(?::[^}]+)?\}", r"{\1}", r.path)  # drop starlette converters
         for m in r.methods or ():
             if m != "HEAD":  # starlette adds HEAD to every GET route by itself
                 out.add((path, m.lower()))
     return out
+
+
+def create_key(redis_url: str, prefix: str, name: str, **grants: Any) -> tuple[str, str]:
+    """Write an API key straight into Redis (how the first admin key is bootstrapped): (key, id)."""
+    async def go() -> tuple[str, str]:
+        r = aioredis.Redis.from_url(redis_url)
+        try:
+            key, rec = await KeyStore(OffsetStore(r, prefix)).create(name, **grants)
+        finally:
+            await r.aclose()
+        return key, rec.id
+    return asyncio.run(go())
 
 
 # -- fixtures -----------------------------------------------------------------------------------------
@@ -261,6 +326,37 @@ def shared_topic(bootstrap: str) -> str:
     name = f"oa-{uuid.uuid4().hex[:10]}"
     devstack.create_topic(bootstrap, name, 2)
     return name
+
+
+@pytest.fixture(scope="module")
+def other_topic(bootstrap: str) -> str:
+    name = f"oa-{uuid.uuid4().hex[:10]}"
+    devstack.create_topic(bootstrap, name, 1)
+    return name
+
+
+@dataclass
+class Secured:
+    """A gateway node with auth on and open mode off, in a key prefix of its own."""
+
+    api: Api
+    prefix: str
+    admin_key: str  # bootstrapped straight into Redis
+    admin: dict[str, str]  # headers with it
+
+
+@pytest.fixture(scope="module")
+def secured(redis_url: str, bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    prefix = unique("oa")
+    node = start_node(redis_url, bootstrap, tmp_path_factory.mktemp("secured"), auth="true",
+                      open_mode="false", key_prefix=prefix)
+    api = Api([node.url])
+    try:
+        key, _ = create_key(redis_url, prefix, "bootstrap-admin", admin=True)
+        yield Secured(api, prefix, key, bearer(key))
+    finally:
+        api.http.close()
+        node.stop()
 
 
 @pytest.fixture
@@ -337,6 +433,27 @@ def test_examples_match_their_schemas() -> None:
     assert checked >= 8
 
 
+def test_security_is_declared() -> None:
+    """A bearer scheme applies to everything but the open endpoints, and every operation that
+    needs a key documents 401 (with WWW-Authenticate) and 403."""
+    schemes = SPEC["components"]["securitySchemes"]
+    assert any(s["type"] == "http" and s["scheme"].lower() == "bearer" for s in schemes.values())
+    assert SPEC["security"], "security must apply globally"
+    for requirement in SPEC["security"]:
+        assert set(requirement) <= set(schemes), requirement
+    for path, method, op in operations():
+        sec = security_of(op)
+        if (path, method) in OPEN_OPERATIONS:
+            assert sec == [], f"{method} {path} is open: it needs 'security: []'"
+            assert "401" not in op["responses"] and "403" not in op["responses"]
+            continue
+        assert sec and all(set(r) <= set(schemes) for r in sec), f"{method} {path}: {sec}"
+        for st in ("401", "403"):
+            assert st in op["responses"], f"{method} {path} needs a key but does not document {st}"
+        unauthorized, _ = deref(op["responses"]["401"], "")
+        assert "WWW-Authenticate" in unauthorized.get("headers", {}), f"{method} {path} 401"
+
+
 def test_every_route_is_documented_and_nothing_else() -> None:
     in_app = route_pairs()
     in_spec = {(path, method) for path, method, _ in operations()}
@@ -354,13 +471,17 @@ def test_operational_endpoints(api: Api, done: Callable[[], None]) -> None:
     assert ready == {"status": "ok", "checks": {"redis": True, "broker": True}}
     text = call(api, "GET", "/openapi.yaml", status=200)
     assert yaml.safe_load(text) == SPEC, "the gateway serves another document than openapi.yaml"
+    metrics = call(api, "GET", "/metrics", status=200)
+    assert "# TYPE mqgw_requests_total counter" in metrics
     done()
 
 
 def test_produce_fetch_ack_empty(api: Api, make_topic: Callable[..., str], done: Callable[[], None]) -> None:
     topic, g = make_topic(1), unique()
-    assert call(api, "GET", f"/consumers/{g}/config", "/consumers/{group}/config", 200)["consumer"] == g
-    put_config(api, g, {"start": "earliest"})
+    call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{group}", 404, "unknown_consumer")
+    configure(api, g, {"start": "earliest"})
+    view = call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{group}", 200)
+    assert (view["consumer"], view["registered"], view["start"], view["topics"]) == (g, False, "earliest", None)
 
     one = produce(api, {"topic": topic, "key": "k-1", "value": "hello", "headers": {"h": "v"}})
     assert one["topic"] == topic and len(one["results"]) == 1 and one["results"][0]["partition"] == 0
@@ -433,7 +554,7 @@ def test_produce_fetch_ack_empty(api: Api, make_topic: Callable[..., str], done:
 
 def test_post_message_and_base64(api: Api, make_topic: Callable[..., str], done: Callable[[], None]) -> None:
     topic, g = make_topic(1), unique()
-    put_config(api, g, {"start": "earliest", "consumeTimeoutMs": 5000})
+    configure(api, g, {"start": "earliest", "consumeTimeoutMs": 5000})
     produce(api, {"topic": topic, "messages": [{"value": "dGV4dA==", "key": "AAE=",
                                                 "headers": [["x", "eQ=="]]}], "encoding": "base64"})
     req = {"consumer": g, "topic": topic, "max": 10, "wait_ms": 5000, "encoding": "base64"}
@@ -453,7 +574,7 @@ def test_post_message_and_base64(api: Api, make_topic: Callable[..., str], done:
 def test_unlock_lock_lost_redelivery(api: Api, make_topic: Callable[..., str], rds: redis.Redis,
                                      done: Callable[[], None]) -> None:
     topic, g = make_topic(1), unique()
-    put_config(api, g, {"start": "earliest"})
+    configure(api, g, {"start": "earliest"})
     produce(api, {"topic": topic, "messages": [{"value": f"m{i}"} for i in range(10)]})
 
     a = fetch_ok(api, consumer=g, topic=topic, max=2,
@@ -472,7 +593,7 @@ def test_unlock_lock_lost_redelivery(api: Api, make_topic: Callable[..., str], r
     assert unlock(api, a["requestId"], 409)["result"] == "lock_lost"
 
     # a lock that times out is taken over: the batch is redelivered, the old holder's ack loses
-    put_config(api, g, {"consumeTimeoutMs": 100})
+    configure(api, g, {"consumeTimeoutMs": 100})
     time.sleep(0.3)
     c = fetch_ok(api, consumer=g, topic=topic, max=2)
     assert c["offset"] == 0 and c["redelivered"] is True and c["lockTimeoutMs"] == 100
@@ -482,7 +603,7 @@ def test_unlock_lock_lost_redelivery(api: Api, make_topic: Callable[..., str], r
     assert (r["result"], r["lock"], r["committedOffset"]) == ("committed", "expired", c["nextOffset"])
 
     # an ack after an unlock still commits when nobody fetched in between
-    put_config(api, g, {"consumeTimeoutMs": 60_000})
+    configure(api, g, {"consumeTimeoutMs": 60_000})
     d = fetch_ok(api, consumer=g, topic=topic, max=2)
     assert d["offset"] == c["nextOffset"]
     assert unlock(api, d["requestId"])["result"] == "unlocked"
@@ -512,7 +633,7 @@ def test_unlock_lock_lost_redelivery(api: Api, make_topic: Callable[..., str], r
 
 def test_broadcast_clients_and_queue_views(api: Api, make_topic: Callable[..., str], done: Callable[[], None]) -> None:
     topic, g = make_topic(2), unique()
-    put_config(api, g, {"start": "earliest"})
+    configure(api, g, {"start": "earliest"})
     produce(api, {"topic": topic, "messages": [{"value": f"v{i}", "partition": i % 2} for i in range(4)]})
     for client in ("c1", "c2"):
         seen = 0
@@ -537,14 +658,15 @@ def test_broadcast_clients_and_queue_views(api: Api, make_topic: Callable[..., s
 
 def test_admin_pause_resume_reset(api: Api, make_topic: Callable[..., str], done: Callable[[], None]) -> None:
     topic, g = make_topic(1), unique()
-    put_config(api, g, {"start": "earliest"})
+    configure(api, g, {"start": "earliest"})
     produce(api, {"topic": topic, "messages": [{"value": "a"}, {"value": "b"}]})
     out = fetch_ok(api, consumer=g, topic=topic, max=1)
     tmpl = "/admin/consumers/{group}/"
     assert call(api, "POST", f"/admin/consumers/{g}/pause", tmpl + "pause", 200)["paused"] is True
     assert fetch(api, consumer=g, topic=topic)["status"] == "paused"
-    assert call(api, "GET", f"/consumers/{g}/config", "/consumers/{group}/config", 200)["paused"] is True
+    assert call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{group}", 200)["paused"] is True
     assert call(api, "POST", f"/admin/consumers/{g}/resume", tmpl + "resume", 200)["paused"] is False
+    assert call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{group}", 200)["paused"] is False
     body = {"topic": topic, "to": "latest"}
     check_request_body(body, tmpl + "reset", "post")
     r = call(api, "POST", f"/admin/consumers/{g}/reset", tmpl + "reset", 200, json=body)
@@ -567,9 +689,295 @@ def test_produce_partial_failure(api: Api, shared_topic: str, done: Callable[[],
     done()
 
 
+def test_admin_consumer_registry(api: Api, make_topic: Callable[..., str], other_topic: str,
+                                 done: Callable[[], None]) -> None:
+    """Register, replace, patch, list and unregister consumers; registered ones are held to their
+    registration even in open mode."""
+    topic, g, gb = make_topic(1), unique(), unique()
+    tmpl = "/admin/consumers/{group}"
+    full = {"topics": [topic, topic], "mode": "cluster", "consumeTimeoutMs": 5000, "maxBatch": 1,
+            "start": "earliest", "paused": False,
+            "rateLimit": {"messagesPerSecond": 1000, "burst": 2000},
+            "retry": {"maxAttempts": 5, "initialDelayMs": 100, "multiplier": 1.5, "maxDelayMs": 60_000,
+                      "deadLetterTopic": other_topic},
+            "alerts": {"backlogMessages": 100, "oldestAgeMs": 60_000}}
+    created = register_consumer(api, g, full, 201)
+    assert created["topics"] == [topic] and created["createdMs"] == created["updatedMs"]
+    assert created["rateLimit"] == {"messagesPerSecond": 1000, "burst": 2000}
+    assert created["retry"] == full["retry"] and created["alerts"] == full["alerts"]
+    # PUT replaces everything: what is left out goes back to the defaults
+    replaced = register_consumer(api, g, {"topics": [topic], "start": "earliest", "maxBatch": 1}, 200)
+    assert replaced["createdMs"] == created["createdMs"]
+    assert (replaced["mode"], replaced["consumeTimeoutMs"], replaced["rateLimit"], replaced["retry"],
+            replaced["alerts"]) == ("cluster", 60_000, None, None, None)
+    assert call(api, "GET", f"/admin/consumers/{g}", tmpl, 200) == replaced
+    listed = call(api, "GET", "/admin/consumers", status=200)["consumers"]
+    assert replaced in listed
+
+    # held to the registration in open mode too: its topics, its mode, its batch cap
+    produce(api, {"topic": topic, "messages": [{"value": "a"}, {"value": "b"}]})
+    call(api, "GET", "/message", status=403, code="topic_not_allowed", params={"consumer": g, "topic": other_topic})
+    call(api, "GET", "/message", status=400, code="client_id_not_allowed",
+         params={"consumer": g, "topic": topic, "clientId": "c1"})
+    first = fetch_ok(api, consumer=g, topic=topic, max=10)
+    assert len(first["messages"]) == 1  # maxBatch
+    assert ack(api, first["requestId"])["result"] == "committed"
+    register_consumer(api, gb, {"topics": [topic], "mode": "broadcast", "start": "earliest"}, 201)
+    call(api, "POST", "/message", status=400, code="client_id_required", json={"consumer": gb, "topic": topic})
+    assert fetch_ok(api, consumer=gb, topic=topic, clientId="c1", max=10)["messages"]
+
+    # PATCH changes the given fields; null clears one; a registered consumer keeps its topics
+    patched = configure(api, g, {"maxBatch": None, "consumeTimeoutMs": 7000, "alerts": {"backlogMessages": 5}})
+    assert (patched["maxBatch"], patched["consumeTimeoutMs"], patched["topics"]) == (1000, 7000, [topic])
+    assert patched["alerts"] == {"backlogMessages": 5} and patched["updatedMs"] >= replaced["updatedMs"]
+    call(api, "PATCH", f"/admin/consumers/{g}", tmpl, 400, "invalid_topics", json={"topics": None})
+    second = fetch_ok(api, consumer=g, topic=topic, max=10)
+    assert second["lockTimeoutMs"] == 7000 and [m["value"] for m in second["messages"]] == ["b"]
+
+    # unregister, keeping the offsets, then with them
+    gone = call(api, "DELETE", f"/admin/consumers/{g}", tmpl, 200)
+    assert gone == {"consumer": g, "unregistered": True, "offsetsDeleted": False, "keysDeleted": 0}
+    call(api, "GET", f"/admin/consumers/{g}", tmpl, 404, "unknown_consumer")
+    assert call(api, "GET", f"/consumers/{g}/queues", "/consumers/{group}/queues", 200)["queues"]
+    gone = call(api, "DELETE", f"/admin/consumers/{g}", tmpl, 200, params={"deleteOffsets": "true"})
+    assert gone["unregistered"] is False and gone["offsetsDeleted"] is True and gone["keysDeleted"] >= 1
+    assert call(api, "GET", f"/consumers/{g}/queues", "/consumers/{group}/queues", 200)["queues"] == []
+    gone = call(api, "DELETE", f"/admin/consumers/{gb}", tmpl, 200, params={"deleteOffsets": "1"})
+    assert gone["unregistered"] is True and gone["keysDeleted"] >= 2  # clients zset + c1's offsets
+    done()
+
+
+def test_rate_limited_fetch(api: Api, make_topic: Callable[..., str], done: Callable[[], None]) -> None:
+    topic, g = make_topic(1), unique()
+    view = configure(api, g, {"start": "earliest", "rateLimit": {"messagesPerSecond": 0.5}})
+    assert view["rateLimit"] == {"messagesPerSecond": 0.5, "burst": 1} and view["registered"] is False
+    produce(api, {"topic": topic, "messages": [{"value": "a"}, {"value": "b"}]})
+    first = fetch_ok(api, consumer=g, topic=topic, max=10)
+    assert len(first["messages"]) == 1  # the bucket held one token
+    r = api.http.get(api.url("/message"), params={"consumer": g, "topic": topic, "max": 10,
+                                                  "requestId": first["requestId"]})
+    body = check(r, "/message", 429)
+    assert body["status"] == "rate_limited" and body["messages"] == [] and body["topic"] == topic
+    assert body["ack"]["result"] == "committed"  # the piggy-backed ack still ran
+    assert 0 < body["retryAfterMs"] <= 2000
+    assert int(r.headers["Retry-After"]) == -(-body["retryAfterMs"] // 1000)
+    r = api.http.post(api.url("/message"), json={"consumer": g, "topic": topic})
+    assert "ack" not in check(r, "/message", 429)
+    configure(api, g, {"rateLimit": None})
+    assert [m["value"] for m in fetch_ok(api, consumer=g, topic=topic, max=10)["messages"]] == ["b"]
+    done()
+
+
+def test_admin_producers(api: Api, make_topic: Callable[..., str], other_topic: str,
+                         done: Callable[[], None]) -> None:
+    topic, name = make_topic(1), unique("p")
+    tmpl = "/admin/producers/{name}"
+    call(api, "GET", f"/admin/producers/{name}", tmpl, 404, "unknown_producer")
+    # auth is off on this cluster: whatever key comes along is ignored
+    call(api, "GET", f"/admin/producers/{name}", tmpl, 404, "unknown_producer", headers={"Authorization": "Basic eA=="})
+    created = register_producer(api, name, [topic], 201, headers=bearer("mqgw_0123456789abcdef_" + "A" * 43))
+    replaced = register_producer(api, name, [topic, topic], 200)
+    assert replaced["createdMs"] == created["createdMs"] and replaced["updatedMs"] >= created["updatedMs"]
+    assert call(api, "GET", f"/admin/producers/{name}", tmpl, 200) == replaced
+    assert replaced in call(api, "GET", "/admin/producers", status=200)["producers"]
+    # a registered producer is held to its topics, in open mode too
+    produce(api, {"topic": topic, "producer": name, "value": "x"})
+    produce(api, {"topic": topic, "producer": name, "messages": [{"value": "y"}]})
+    call(api, "POST", "/produce", status=403, code="topic_not_allowed",
+         json={"topic": other_topic, "producer": name, "value": "x"})
+    assert call(api, "DELETE", f"/admin/producers/{name}", tmpl, 200) == {"producer": name, "unregistered": True}
+    call(api, "DELETE", f"/admin/producers/{name}", tmpl, 404, "unknown_producer")
+    produce(api, {"topic": other_topic, "producer": name, "value": "open mode again"})
+    done()
+
+
+@pytest.mark.timeout(120)
+def test_backlog_and_alerts(node_factory: Callable[..., Node], make_topic: Callable[..., str],
+                            done: Callable[[], None]) -> None:
+    """On a node of its own (own key prefix, no periodic alert evaluation) so that the views list
+    exactly this test's consumers."""
+    node = node_factory(key_prefix=unique("oabl"), alert_interval_ms=0)
+    api = Api([node.url])
+    try:
+        topic, g, gb = make_topic(1), unique(), unique()
+        assert call(api, "GET", "/admin/alerts", status=200) == {"alerts": [], "evaluatedMs": None}
+        assert call(api, "GET", "/admin/backlog", status=200)["consumers"] == []
+        configure(api, g, {"start": "earliest", "alerts": {"backlogMessages": 1, "oldestAgeMs": 3_600_000}})
+        configure(api, gb, {"start": "earliest"})
+        for v in ("a", "b", "c"):  # one record per request: exact watermarks on the test broker
+            produce(api, {"topic": topic, "value": v})
+        fetch_ok(api, consumer=g, topic=topic, max=1)  # not acked: everything still waits
+        fetch_ok(api, consumer=gb, topic=topic, clientId="c1", max=1)
+
+        view = call(api, "GET", "/admin/backlog", status=200)
+        assert [c["consumer"] for c in view["consumers"]] == sorted([g, gb])
+        rows = {c["consumer"]: c for c in view["consumers"]}
+        assert (rows[g]["mode"], rows[g]["registered"], rows[g]["totalBacklog"]) == ("cluster", False, 3)
+        assert rows[g]["alerts"] == {"backlogMessages": 1, "oldestAgeMs": 3_600_000}
+        assert isinstance(rows[g]["oldestAgeMs"], int) and rows[g]["queues"][0]["lockAgeMs"] is not None
+        assert (rows[gb]["mode"], rows[gb]["alerts"], rows[gb]["clients"][0]["clientId"]) == ("broadcast", None, "c1")
+        assert rows[gb]["queues"][0]["clientId"] == "c1"
+        r = api.http.get(api.url("/admin/backlog"), params=[("consumer", g), ("consumer", "nobody"), ("age", "FALSE")])
+        view = check(r, "/admin/backlog", 200)
+        assert [c["consumer"] for c in view["consumers"]] == sorted([g, "nobody"])
+        assert all(c["oldestAgeMs"] is None for c in view["consumers"])
+        call(api, "GET", "/admin/backlog", status=400, code="invalid_consumer", params={"consumer": "a:b"})
+        call(api, "GET", "/admin/backlog", status=400, code="missing_consumer", params={"consumer": ""})
+        call(api, "GET", "/admin/backlog", status=400, code="invalid_age", params={"age": "maybe"})
+
+        # alerts: g's backlog reaches its threshold; gb has none
+        body = call(api, "POST", "/admin/alerts/evaluate", status=200, params={"all": "true"})
+        (alert,) = body["alerts"]
+        assert (alert["consumer"], alert["state"], alert["reasons"], alert["totalBacklog"]) == (g, "firing", ["backlog"], 3)
+        assert [s["consumer"] for s in body["all"]] == [g] and body["evaluatedMs"] == alert["evaluatedMs"]
+        body = call(api, "GET", "/admin/alerts", status=200)
+        assert body["alerts"] == [alert] and "all" not in body
+        configure(api, g, {"alerts": {"backlogMessages": 1_000_000}})
+        body = call(api, "POST", "/admin/alerts/evaluate", status=200)
+        assert body["alerts"] == [] and body["evaluatedMs"] > alert["evaluatedMs"]
+        (state,) = call(api, "GET", "/admin/alerts", status=200, params={"all": "1"})["all"]
+        assert (state["consumer"], state["state"], state["reasons"]) == (g, "ok", [])
+        call(api, "GET", "/admin/alerts", status=400, code="invalid_all", params={"all": "maybe"})
+        call(api, "POST", "/admin/alerts/evaluate", status=400, code="invalid_all", params={"all": "yes"})
+        done()
+    finally:
+        api.http.close()
+
+
+def test_every_secured_operation_needs_a_key(secured: Secured, done: Callable[[], None]) -> None:
+    """With auth on, every operation but the open ones answers 401 without a key or with a bad
+    one, and every admin operation answers 403 to a valid key that is not an admin key."""
+    api, admin = secured.api, secured.admin
+    body = call(api, "POST", "/admin/keys", status=201, json={"name": "no-admin", "consumers": ["nobody"]},
+                headers=admin)
+    plain = bearer(body["key"])
+    bad_keys = [({}, "missing_api_key"), ({"Authorization": "Basic dXNlcjpwdw=="}, "invalid_api_key"),
+                ({"Authorization": "Bearer not-a-key"}, "invalid_api_key"),
+                ({"X-API-Key": "mqgw_0123456789abcdef_" + "A" * 43}, "invalid_api_key"),
+                ({"Authorization": "Bearer " + body["key"][:-1] + ("A" if body["key"][-1] != "A" else "B")},
+                 "invalid_api_key")]
+    for path, method, op in operations():
+        url = sample_path(path)
+        if not security_of(op):
+            for headers, _ in bad_keys[:2]:
+                r = api.http.request(method.upper(), api.url(url), headers=headers)
+                assert r.status_code not in (401, 403), f"{method} {path} is open: {r.status_code} {r.text[:300]}"
+                check(r, path)
+            continue
+        # no key, or a malformed one: refused before anything else is looked at
+        for headers, code in bad_keys[:3]:
+            r = api.http.request(method.upper(), api.url(url), headers=headers)
+            check(r, path, 401, code)
+            assert r.headers["WWW-Authenticate"].startswith("Bearer")
+        if path.startswith("/admin/"):
+            for headers, code in bad_keys[3:]:  # well-formed but unknown, or wrong secret
+                call(api, method.upper(), url, path, 401, code, headers=headers)
+            call(api, method.upper(), url, path, 403, "forbidden", headers=plain)
+    done()
+
+
+def test_keys_registry_and_auth_on_a_closed_gateway(secured: Secured, make_topic: Callable[..., str],
+                                                    other_topic: str, done: Callable[[], None]) -> None:
+    api, admin = secured.api, secured.admin
+    topic, g, gb, other, p, p2 = make_topic(1), unique(), unique(), unique(), unique("p"), unique("p")
+
+    def new_key(**req: Any) -> tuple[dict[str, str], dict[str, Any]]:
+        check_request_body(req, "/admin/keys", "post")
+        rec = call(api, "POST", "/admin/keys", status=201, json=req, headers=admin)
+        assert rec["name"] == req["name"] and rec["admin"] is req.get("admin", False)
+        assert rec["key"].startswith(f"mqgw_{rec['id']}_")
+        return bearer(rec["key"]), rec
+
+    consumer_h, consumer_rec = new_key(name="consumer", consumers=[g, gb, g])
+    assert consumer_rec["consumers"] == sorted([g, gb]) and consumer_rec["producers"] == []
+    other_h, other_rec = new_key(name="other", consumers=[other])
+    producer_h, _ = new_key(name="producer", producers=[p])
+    multi_h, _ = new_key(name="multi", producers=[p, p2], consumers=None)
+    admin2_h, admin2_rec = new_key(name="admin-2", admin=True)
+    keys = call(api, "GET", "/admin/keys", status=200, headers=admin2_h)["keys"]
+    assert "key" not in keys[0] and {k["id"] for k in keys} >= {consumer_rec["id"], other_rec["id"]}
+    public = {k: v for k, v in consumer_rec.items() if k != "key"}
+    assert call(api, "GET", f"/admin/keys/{consumer_rec['id']}", "/admin/keys/{key_id}", 200, headers=admin) == public
+
+    # consuming: the key must be bound to the consumer, and the consumer registered
+    q = {"consumer": g, "topic": topic}
+    call(api, "GET", "/message", status=403, code="unregistered_consumer", params=q, headers=consumer_h)
+    call(api, "GET", "/message", status=403, code="forbidden", params=q, headers=other_h)
+    call(api, "GET", "/message", status=403, code="forbidden", params=q, headers=admin)  # admin is no consumer
+    call(api, "PATCH", f"/admin/consumers/{g}", "/admin/consumers/{group}", 404, "unknown_consumer",
+         json={"start": "earliest"}, headers=admin)
+    register_consumer(api, g, {"topics": [topic], "start": "earliest"}, 201, headers=admin)
+    register_consumer(api, gb, {"topics": [topic], "mode": "broadcast", "start": "earliest"}, 201, headers=admin)
+    call(api, "GET", "/message", status=403, code="topic_not_allowed", params={"consumer": g, "topic": other_topic},
+         headers=consumer_h)
+    call(api, "POST", "/message", status=400, code="client_id_not_allowed", json={**q, "clientId": "c1"},
+         headers=consumer_h)
+    call(api, "POST", "/message", status=400, code="client_id_required", json={"consumer": gb, "topic": topic},
+         headers=consumer_h)
+    call(api, "POST", "/message", status=401, code="invalid_api_key", json=q,
+         headers={"X-API-Key": "mqgw_0123456789abcdef_" + "A" * 43})
+
+    # producing: the key must be bound to the producer, and the producer registered for the topic
+    one = {"topic": topic, "value": "hello"}
+    call(api, "POST", "/produce", status=403, code="unregistered_producer", json=one, headers=producer_h)
+    register_producer(api, p, [topic], 201, headers=admin)
+    call(api, "POST", "/produce", status=403, code="topic_not_allowed", json={**one, "topic": other_topic},
+         headers=producer_h)
+    call(api, "POST", "/produce", status=403, code="forbidden", json=one, headers=consumer_h)  # no producer
+    call(api, "POST", "/produce", status=403, code="forbidden", json={**one, "producer": p2}, headers=producer_h)
+    call(api, "POST", "/produce", status=400, code="missing_producer", json=one, headers=multi_h)
+    call(api, "POST", "/produce", status=401, code="invalid_api_key", json=one,
+         headers=bearer("mqgw_0123456789abcdef_" + "A" * 43))
+    produce(api, one, headers=producer_h)  # the key's only producer is implied
+    produce(api, {"topic": topic, "producer": p, "messages": [{"value": "again"}]}, headers=multi_h)
+
+    # fetch, ack and unlock as the consumer; another consumer's key may do none of it
+    b = fetch_ok(api, consumer_h, consumer=g, topic=topic, max=1)
+    assert b["messages"][0]["value"] == "hello"
+    ack(api, b["requestId"], 403, headers=other_h)
+    unlock(api, b["requestId"], 403, headers=other_h)
+    ack(api, b["requestId"], 401, headers=bearer("mqgw_0123456789abcdef_" + "A" * 43))
+    assert unlock(api, b["requestId"], headers=consumer_h)["result"] == "unlocked"
+    b = fetch_ok(api, consumer_h, consumer=g, topic=topic, max=1)
+    assert ack(api, b["requestId"], headers=consumer_h)["result"] == "committed"
+    assert fetch_ok(api, consumer_h, consumer=gb, topic=topic, clientId="c1")["status"] == "ok"
+
+    # queue views: an admin key or a key bound to the consumer
+    views = [(f"/consumers/{g}/queues", "/consumers/{group}/queues"),
+             (f"/consumers/{gb}/clients", "/consumers/{group}/clients"),
+             (f"/consumers/{gb}/clients/c1/queues", "/consumers/{group}/clients/{client_id}/queues")]
+    for url, tmpl in views:
+        call(api, "GET", url, tmpl, 200, headers=consumer_h)
+        call(api, "GET", url, tmpl, 200, headers=admin)
+        call(api, "GET", url, tmpl, 403, "forbidden", headers=other_h)
+        call(api, "GET", url, tmpl, 403, "forbidden", headers=producer_h)
+
+    # the admin API lists what this (closed) gateway knows; X-API-Key works as well as Bearer
+    names = [c["consumer"] for c in call(api, "GET", "/admin/consumers", status=200,
+                                         headers={"X-API-Key": secured.admin_key})["consumers"]]
+    assert g in names and gb in names
+    assert [x["producer"] for x in call(api, "GET", "/admin/producers", status=200, headers=admin)["producers"]] == [p]
+    assert call(api, "POST", f"/admin/consumers/{g}/pause", "/admin/consumers/{group}/pause", 200,
+                headers=admin) == {"consumer": g, "paused": True}
+    assert fetch(api, consumer_h, consumer=g, topic=topic)["status"] == "paused"
+    call(api, "POST", f"/admin/consumers/{g}/resume", "/admin/consumers/{group}/resume", 200, headers=admin)
+
+    # revoking a key: it stops working at once, and is gone
+    revoked = call(api, "DELETE", f"/admin/keys/{other_rec['id']}", "/admin/keys/{key_id}", 200, headers=admin)
+    assert revoked == {**{k: v for k, v in other_rec.items() if k != "key"}, "revoked": True}
+    call(api, "GET", "/message", status=401, code="invalid_api_key", params={"consumer": other, "topic": topic},
+         headers=other_h)
+    call(api, "GET", f"/consumers/{other}/queues", "/consumers/{group}/queues", 401, "invalid_api_key", headers=other_h)
+    call(api, "GET", f"/admin/keys/{other_rec['id']}", "/admin/keys/{key_id}", 404, "unknown_key", headers=admin)
+    call(api, "DELETE", f"/admin/keys/{other_rec['id']}", "/admin/keys/{key_id}", 404, "unknown_key", headers=admin)
+    call(api, "DELETE", f"/admin/keys/{admin2_rec['id']}", "/admin/keys/{key_id}", 200, headers=admin)
+    call(api, "GET", "/admin/keys", status=401, code="invalid_api_key", headers=admin2_h)
+    done()
+
+
 # (name, method, path, path template, request kwargs, status, error code); {topic} is an
 # existing topic, {missing} one that does not exist.
-ERROR_CASES: list[tuple[str, str, str, str, dict[str, Any], int, str]] = [
+ERROR_CASES: list[Any] = [
     ("message-missing-topic", "GET", "/message", "/message", {"params": {"consumer": "g"}}, 400, "missing_topic"),
     ("message-missing-consumer", "GET", "/message", "/message", {"params": {"topic": "{topic}"}}, 400, "missing_consumer"),
     ("message-unknown-topic", "GET", "/message", "/message", {"params": {"consumer": "g", "topic": "{missing}"}}, 404, "unknown_topic"),
@@ -617,15 +1025,90 @@ ERROR_CASES: list[tuple[str, str, str, str, dict[str, Any], int, str]] = [
     ("ack-query-garbage", "POST", "/ack", "/ack", {"params": {"requestId": "garbage"}}, 400, "invalid_request_id"),
     ("unlock-missing", "POST", "/unlock", "/unlock", {"json": {}}, 400, "missing_request_id"),
     ("unlock-garbage", "POST", "/unlock", "/unlock", {"json": {"requestId": "AAAA"}}, 400, "invalid_request_id"),
-    ("config-unknown-field", "PUT", "/consumers/g/config", "/consumers/{group}/config", {"json": {"timeout": 5}}, 400, "unknown_field"),
-    ("config-start", "PUT", "/consumers/g/config", "/consumers/{group}/config", {"json": {"start": "middle"}}, 400, "invalid_start"),
-    ("config-timeout-low", "PUT", "/consumers/g/config", "/consumers/{group}/config", {"json": {"consumeTimeoutMs": 50}}, 400, "invalid_consume_timeout_ms"),
-    ("config-timeout-high", "PUT", "/consumers/g/config", "/consumers/{group}/config", {"json": {"consumeTimeoutMs": 86_400_001}}, 400, "invalid_consume_timeout_ms"),
-    ("config-timeout-text", "PUT", "/consumers/g/config", "/consumers/{group}/config", {"json": {"consumeTimeoutMs": "soon"}}, 400, "invalid_consume_timeout_ms"),
-    ("config-body", "PUT", "/consumers/g/config", "/consumers/{group}/config", {"json": [1]}, 400, "invalid_body"),
-    ("config-json", "PUT", "/consumers/g/config", "/consumers/{group}/config", {"content": b"nope", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
-    ("config-put-group", "PUT", "/consumers/a:b/config", "/consumers/{group}/config", {"json": {}}, 400, "invalid_consumer"),
-    ("config-get-group", "GET", "/consumers/a:b/config", "/consumers/{group}/config", {}, 400, "invalid_consumer"),
+    ("produce-producer-name", "POST", "/produce", "/produce", {"json": {"topic": "{topic}", "producer": "a:b", "value": "x"}}, 400, "invalid_producer"),
+    ("consumer-get-unknown", "GET", "/admin/consumers/{missing}", "/admin/consumers/{group}", {}, 404, "unknown_consumer"),
+    ("consumer-get-group", "GET", "/admin/consumers/a:b", "/admin/consumers/{group}", {}, 400, "invalid_consumer"),
+    ("consumer-put-group", "PUT", "/admin/consumers/a:b", "/admin/consumers/{group}", {"json": {"topics": ["t"]}}, 400, "invalid_consumer"),
+    ("consumer-patch-group", "PATCH", "/admin/consumers/a%7Bb%7D", "/admin/consumers/{group}", {"json": {}}, 400, "invalid_consumer"),
+    ("consumer-delete-group", "DELETE", "/admin/consumers/a:b", "/admin/consumers/{group}", {}, 400, "invalid_consumer"),
+    ("consumer-put-missing-topics", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"start": "earliest"}}, 400, "missing_topics"),
+    ("consumer-put-topics-empty", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": []}}, 400, "invalid_topics"),
+    ("consumer-put-topics-type", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": "t"}}, 400, "invalid_topics"),
+    ("consumer-put-topic-name", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": ["a b"]}}, 400, "invalid_topic"),
+    ("consumer-put-topic-empty", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": [""]}}, 400, "missing_topic"),
+    ("consumer-put-mode", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": ["t"], "mode": "fanout"}}, 400, "invalid_mode"),
+    ("consumer-put-unknown-field", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": ["t"], "group": "g"}}, 400, "unknown_field"),
+    ("consumer-put-body", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": ["t"]}, 400, "invalid_body"),
+    ("consumer-put-json", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"content": b"{", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
+    ("consumer-patch-unknown-field", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"timeout": 5}}, 400, "unknown_field"),
+    ("consumer-patch-start", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"start": "middle"}}, 400, "invalid_start"),
+    ("consumer-patch-timeout-low", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"consumeTimeoutMs": 50}}, 400, "invalid_consume_timeout_ms"),
+    ("consumer-patch-timeout-high", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"consumeTimeoutMs": 86_400_001}}, 400, "invalid_consume_timeout_ms"),
+    ("consumer-patch-timeout-text", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"consumeTimeoutMs": "soon"}}, 400, "invalid_consume_timeout_ms"),
+    ("consumer-patch-timeout-empty", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"consumeTimeoutMs": ""}}, 400, "invalid_consume_timeout_ms"),
+    ("consumer-patch-max-batch", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"maxBatch": 0}}, 400, "invalid_max_batch"),
+    ("consumer-patch-paused", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"paused": "yes"}}, 400, "invalid_paused"),
+    ("consumer-patch-mode", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"mode": 1}}, 400, "invalid_mode"),
+    ("consumer-patch-rate-type", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"rateLimit": 5}}, 400, "invalid_rate_limit"),
+    ("consumer-patch-rate-low", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"rateLimit": {"messagesPerSecond": 0}}}, 400, "invalid_rate_limit"),
+    ("consumer-patch-rate-missing", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"rateLimit": {"burst": 5}}}, 400, "invalid_rate_limit"),
+    ("consumer-patch-burst", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"rateLimit": {"messagesPerSecond": 1, "burst": 0}}}, 400, "invalid_rate_limit"),
+    ("consumer-patch-rate-field", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"rateLimit": {"messagesPerSecond": 1, "per": "s"}}}, 400, "unknown_field"),
+    ("consumer-patch-retry-type", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"retry": []}}, 400, "invalid_retry"),
+    ("consumer-patch-retry-attempts", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"retry": {"maxAttempts": 0}}}, 400, "invalid_retry"),
+    ("consumer-patch-retry-multiplier", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"retry": {"multiplier": 0.5}}}, 400, "invalid_retry"),
+    ("consumer-patch-retry-field", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"retry": {"attempts": 3}}}, 400, "unknown_field"),
+    ("consumer-patch-dead-letter", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"retry": {"deadLetterTopic": "a b"}}}, 400, "invalid_topic"),
+    ("consumer-patch-alerts-type", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"alerts": "high"}}, 400, "invalid_alerts"),
+    ("consumer-patch-alerts", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"alerts": {"backlogMessages": 0}}}, 400, "invalid_alerts"),
+    ("consumer-patch-alerts-field", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"alerts": {"lag": 1}}}, 400, "unknown_field"),
+    ("consumer-patch-body", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": [1]}, 400, "invalid_body"),
+    ("consumer-patch-json", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"content": b"nope", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
+    ("consumer-delete-flag", "DELETE", "/admin/consumers/g", "/admin/consumers/{group}", {"params": {"deleteOffsets": "maybe"}}, 400, "invalid_delete_offsets"),
+    ("consumer-put-topics-null", "PUT", "/admin/consumers/{missing}", "/admin/consumers/{group}", {"json": {"topics": None}}, 400, "invalid_topics"),
+    ("pause-group", "POST", "/admin/consumers/a:b/pause", "/admin/consumers/{group}/pause", {}, 400, "invalid_consumer"),
+    ("resume-group", "POST", "/admin/consumers/a:b/resume", "/admin/consumers/{group}/resume", {}, 400, "invalid_consumer"),
+    ("reset-group", "POST", "/admin/consumers/a:b/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "earliest"}}, 400, "invalid_consumer"),
+    ("reset-missing-topic", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"to": "earliest"}}, 400, "missing_topic"),
+    ("reset-unknown-topic", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{missing}", "to": "earliest"}}, 404, "unknown_topic"),
+    ("reset-to", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "soon"}}, 400, "invalid_to"),
+    ("reset-unknown-field", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "earliest", "when": 1}}, 400, "unknown_field"),
+    ("reset-queue-type", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "earliest", "queue": [0]}}, 400, "invalid_queue"),
+    ("reset-unknown-queue", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "earliest", "queue": "7"}}, 404, "unknown_queue"),
+    ("reset-queue-required", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "offset", "offset": 0}}, 400, "queue_required"),
+    ("reset-offset-type", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "offset", "queue": "0", "offset": "0"}}, 400, "invalid_offset"),
+    ("reset-offset-range", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "offset", "queue": 0, "offset": 10**12}}, 400, "offset_out_of_range"),
+    ("reset-timestamp", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "timestamp", "timestamp": -1}}, 400, "invalid_timestamp"),
+    ("reset-client", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "earliest", "clientId": "a:b"}}, 400, "invalid_client_id"),
+    ("reset-body", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": []}, 400, "invalid_body"),
+    ("reset-json", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"content": b"{", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
+    ("producer-get-unknown", "GET", "/admin/producers/{missing}", "/admin/producers/{name}", {}, 404, "unknown_producer"),
+    ("producer-delete-unknown", "DELETE", "/admin/producers/{missing}", "/admin/producers/{name}", {}, 404, "unknown_producer"),
+    ("producer-get-name", "GET", "/admin/producers/a:b", "/admin/producers/{name}", {}, 400, "invalid_producer"),
+    ("producer-delete-name", "DELETE", "/admin/producers/a:b", "/admin/producers/{name}", {}, 400, "invalid_producer"),
+    ("producer-put-name", "PUT", "/admin/producers/a:b", "/admin/producers/{name}", {"json": {"topics": ["t"]}}, 400, "invalid_producer"),
+    ("producer-put-missing-topics", "PUT", "/admin/producers/p", "/admin/producers/{name}", {"json": {}}, 400, "missing_topics"),
+    ("producer-put-topics", "PUT", "/admin/producers/p", "/admin/producers/{name}", {"json": {"topics": "t"}}, 400, "invalid_topics"),
+    ("producer-put-topic", "PUT", "/admin/producers/p", "/admin/producers/{name}", {"json": {"topics": ["t", None]}}, 400, "missing_topic"),
+    ("producer-put-topic-name", "PUT", "/admin/producers/p", "/admin/producers/{name}", {"json": {"topics": ["t/u"]}}, 400, "invalid_topic"),
+    ("producer-put-unknown-field", "PUT", "/admin/producers/p", "/admin/producers/{name}", {"json": {"topics": ["t"], "mode": "x"}}, 400, "unknown_field"),
+    ("producer-put-body", "PUT", "/admin/producers/p", "/admin/producers/{name}", {"json": "t"}, 400, "invalid_body"),
+    ("producer-put-json", "PUT", "/admin/producers/p", "/admin/producers/{name}", {"content": b"[", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
+    ("key-missing-name", "POST", "/admin/keys", "/admin/keys", {"json": {"admin": True}}, 400, "missing_name"),
+    ("key-name", "POST", "/admin/keys", "/admin/keys", {"json": {"name": "a b", "admin": True}}, 400, "invalid_name"),
+    ("key-admin", "POST", "/admin/keys", "/admin/keys", {"json": {"name": "k", "admin": "yes"}}, 400, "invalid_admin"),
+    ("key-producers", "POST", "/admin/keys", "/admin/keys", {"json": {"name": "k", "producers": "p"}}, 400, "invalid_producers"),
+    ("key-consumers", "POST", "/admin/keys", "/admin/keys", {"json": {"name": "k", "consumers": {"g": 1}}}, 400, "invalid_consumers"),
+    ("key-producer-missing", "POST", "/admin/keys", "/admin/keys", {"json": {"name": "k", "producers": [None]}}, 400, "missing_producer"),
+    ("key-producer-name", "POST", "/admin/keys", "/admin/keys", {"json": {"name": "k", "producers": ["a:b"]}}, 400, "invalid_producer"),
+    ("key-consumer-missing", "POST", "/admin/keys", "/admin/keys", {"json": {"name": "k", "consumers": [""]}}, 400, "missing_consumer"),
+    ("key-consumer-name", "POST", "/admin/keys", "/admin/keys", {"json": {"name": "k", "consumers": ["{x}"]}}, 400, "invalid_consumer"),
+    ("key-empty-grant", "POST", "/admin/keys", "/admin/keys", {"json": {"name": "k", "admin": False, "consumers": []}}, 400, "empty_grant"),
+    ("key-unknown-field", "POST", "/admin/keys", "/admin/keys", {"json": {"name": "k", "admin": True, "topics": ["t"]}}, 400, "unknown_field"),
+    ("key-body", "POST", "/admin/keys", "/admin/keys", {"json": ["k"]}, 400, "invalid_body"),
+    ("key-json", "POST", "/admin/keys", "/admin/keys", {"content": b"{", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
+    ("key-get-unknown", "GET", "/admin/keys/0123456789abcdef", "/admin/keys/{key_id}", {}, 404, "unknown_key"),
+    ("key-delete-unknown", "DELETE", "/admin/keys/{missing}", "/admin/keys/{key_id}", {}, 404, "unknown_key"),
     ("queues-group", "GET", "/consumers/a%7Bb%7D/queues", "/consumers/{group}/queues", {}, 400, "invalid_consumer"),
     ("clients-group", "GET", "/consumers/a:b/clients", "/consumers/{group}/clients", {}, 400, "invalid_consumer"),
     ("client-queues-client", "GET", "/consumers/g/clients/a:b/queues", "/consumers/{group}/clients/{client_id}/queues", {}, 400, "invalid_client_id"),
@@ -643,23 +1126,33 @@ def _fill(v: Any, subst: dict[str, str]) -> Any:
     return v
 
 
-@pytest.mark.parametrize("name,method,path,template,kw,status,code", ERROR_CASES, ids=[c[0] for c in ERROR_CASES])
+@pytest.mark.parametrize("name,method,path,template,kw,status,code",
+                         [c if hasattr(c, "marks") else pytest.param(*c, id=c[0]) for c in ERROR_CASES])
 def test_error_responses(api: Api, shared_topic: str, name: str, method: str, path: str, template: str,
                          kw: dict[str, Any], status: int, code: str) -> None:
-    kw = _fill(kw, {"{topic}": shared_topic, "{missing}": f"missing-{uuid.uuid4().hex[:10]}"})
+    subst = {"{topic}": shared_topic, "{missing}": f"missing-{uuid.uuid4().hex[:10]}"}
+    kw = _fill(kw, subst)
+    path = path.replace("{missing}", subst["{missing}"])
     body = call(api, method, path, template, status, code, **kw)
     assert body["error"]["message"]
-    if code in ("invalid_max", "invalid_wait_ms", "invalid_consume_timeout_ms") and "between" in body["error"]["message"]:
-        assert set(body["error"]["details"]) == {"min", "max"}
+    if "between" in body["error"]["message"]:
+        assert set(body["error"]["details"]) == {"min", "max"}, body
     if code in ("too_many_messages", "too_many_headers"):
         assert "limit" in body["error"]["details"]
 
 
-def test_fuzzed_requests_match_spec(api: Api, shared_topic: str, done: Callable[[], None]) -> None:
-    """Random bodies: whatever the gateway answers must be a documented status and shape."""
+@pytest.mark.timeout(120)
+def test_fuzzed_requests_match_spec(node_factory: Callable[..., Node], shared_topic: str,
+                                    done: Callable[[], None]) -> None:
+    """Random bodies: whatever the gateway answers must be a documented status and shape.
+
+    On a node of its own (open mode, auth off, its own key prefix), as the admin calls among
+    them may register the consumer and producer ``fz`` in any way and create keys."""
     import random
     import string
 
+    node = node_factory(key_prefix=unique("oafz"))
+    api = Api([node.url])
     rnd = random.Random(20241122)
     alphabet = string.ascii_letters + string.digits + "._-:{} /\u00e9\x00"
 
@@ -672,40 +1165,59 @@ def test_fuzzed_requests_match_spec(api: Api, shared_topic: str, done: Callable[
         if kind == 2:
             return None
         if kind == 3:
-            return rnd.choice([1.5, 2.0, "5", "", "utf8", "base64", "earliest", "aGk="])
+            return rnd.choice([1.5, 2.0, "5", "", "utf8", "base64", "earliest", "aGk=", "fz", "broadcast",
+                               shared_topic, [shared_topic]])
         if kind == 4:
             return [junk(depth + 1) for _ in range(rnd.randrange(3))]
         if kind == 5:
-            return {rnd.choice(["value", "key", "headers", "x"]): junk(depth + 1)}
+            return {rnd.choice(["value", "key", "headers", "x", "messagesPerSecond", "burst",
+                                "maxAttempts", "backlogMessages"]): junk(depth + 1)}
         return [[junk(depth + 1), junk(depth + 1)]]
 
     fields = ["topic", "consumer", "clientId", "max", "requestId", "encoding", "value", "key",
-              "headers", "partition", "messages", "timestamp", "start", "consumeTimeoutMs"]
+              "headers", "partition", "messages", "timestamp", "start", "consumeTimeoutMs", "producer",
+              "topics", "mode", "maxBatch", "paused", "rateLimit", "retry", "alerts", "name", "admin",
+              "producers", "consumers", "to", "queue", "offset"]
+    own_fields = {
+        "/admin/consumers/{group}": {"topics", "mode", "consumeTimeoutMs", "maxBatch", "start", "paused",
+                                     "rateLimit", "retry", "alerts"},
+        "/admin/producers/{name}": {"topics"},
+        "/admin/keys": {"name", "admin", "producers", "consumers"},
+        "/admin/consumers/{group}/reset": {"topic", "to", "timestamp", "offset", "queue", "clientId"},
+    }
     targets = [("POST", "/produce", "/produce"), ("POST", "/message", "/message"),
                ("POST", "/ack", "/ack"), ("POST", "/unlock", "/unlock"),
-               ("PUT", "/consumers/fz/config", "/consumers/{group}/config")]
+               ("PUT", "/admin/consumers/fz", "/admin/consumers/{group}"),
+               ("PATCH", "/admin/consumers/fz", "/admin/consumers/{group}"),
+               ("PUT", "/admin/producers/fz", "/admin/producers/{name}"),
+               ("POST", "/admin/keys", "/admin/keys"),
+               ("POST", "/admin/consumers/fz/reset", "/admin/consumers/{group}/reset")]
     statuses: set[int] = set()
-    for _ in range(120):
-        body = {f: junk() for f in rnd.sample(fields, rnd.randrange(1, 5))}
-        if rnd.random() < 0.6:
-            body["topic"] = shared_topic
-        if rnd.random() < 0.4:
-            body["consumer"] = "fz"
-        for method, path, template in targets:
-            if template == "/consumers/{group}/config":
-                if rnd.random() < 0.5:
-                    body = {k: v for k, v in body.items() if k in ("start", "consumeTimeoutMs")}
-                if "consumeTimeoutMs" in body and body["consumeTimeoutMs"] in (None, ""):
-                    # known bug: null / "" is accepted and stores a lock timeout of 0
-                    body = {k: v for k, v in body.items() if k != "consumeTimeoutMs"}
-            r = api.http.request(method, api.url(path), json=body)
-            check(r, template)
-            statuses.add(r.status_code)
-    assert 400 in statuses and 200 in statuses
-    done()
+    try:
+        for _ in range(120):
+            body = {f: junk() for f in rnd.sample(fields, rnd.randrange(1, 5))}
+            if rnd.random() < 0.6:
+                body["topic"] = shared_topic
+            if rnd.random() < 0.4:
+                body["consumer"] = "fz"
+            for method, path, template in targets:
+                sent = body
+                if template in own_fields and rnd.random() < 0.7:
+                    sent = {k: v for k, v in body.items() if k in own_fields[template]}
+                r = api.http.request(method, api.url(path), json=sent)
+                check(r, template)
+                statuses.add(r.status_code)
+            r = api.http.get(api.url("/message"), params={k: v for k, v in body.items() if isinstance(v, str)})
+            check(r, "/message")
+        assert 400 in statuses and 200 in statuses
+        done()
+    finally:
+        api.http.close()
 
 
-@pytest.mark.parametrize("method,path", [("GET", "/nope"), ("GET", "/consumers/g"), ("POST", "/consumers/g/queues/x")])
+@pytest.mark.parametrize("method,path", [("GET", "/nope"), ("GET", "/consumers/g"), ("POST", "/consumers/g/queues/x"),
+                                         ("GET", "/consumers/g/config"), ("PUT", "/consumers/g/config"),
+                                         ("GET", "/admin/consumers/g/queues")])
 def test_unknown_route_is_404_error_body(api: Api, method: str, path: str) -> None:
     assert not any(re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", p), path) for p in SPEC["paths"])
     r = api.http.request(method, api.url(path))
@@ -715,7 +1227,10 @@ def test_unknown_route_is_404_error_body(api: Api, method: str, path: str) -> No
 
 
 @pytest.mark.parametrize("method,path", [("GET", "/produce"), ("DELETE", "/message"), ("PUT", "/ack"),
-                                         ("POST", "/healthz"), ("DELETE", "/consumers/g/config")])
+                                         ("POST", "/healthz"), ("DELETE", "/consumers/g/queues"),
+                                         ("POST", "/admin/consumers"), ("POST", "/admin/consumers/g"),
+                                         ("GET", "/admin/consumers/g/pause"), ("PATCH", "/admin/producers/p"),
+                                         ("DELETE", "/admin/keys"), ("PUT", "/admin/keys/0123456789abcdef")])
 def test_undocumented_method_is_405_error_body(api: Api, method: str, path: str) -> None:
     template = next(p for p in SPEC["paths"] if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", p), path))
     assert method.lower() not in SPEC["paths"][template]
@@ -732,7 +1247,12 @@ def test_body_too_large(node_factory: Callable[..., Node], shared_topic: str, do
     try:
         big = {"topic": shared_topic, "value": "x" * 1000}
         cases = [("POST", "/produce", "/produce"), ("POST", "/message", "/message"), ("POST", "/ack", "/ack"),
-                 ("POST", "/unlock", "/unlock"), ("PUT", "/consumers/g/config", "/consumers/{group}/config")]
+                 ("POST", "/unlock", "/unlock"), ("PUT", "/admin/consumers/g", "/admin/consumers/{group}"),
+                 ("PATCH", "/admin/consumers/g", "/admin/consumers/{group}"),
+                 ("POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset"),
+                 ("PUT", "/admin/producers/p", "/admin/producers/{name}"), ("POST", "/admin/keys", "/admin/keys")]
+        documented = {(p, m) for p, m, op in operations() if "requestBody" in op}
+        assert {(t, m.lower()) for m, _, t in cases} == documented, "every operation with a body is covered"
         for method, path, template in cases:
             body = call(api, method, path, template, 413, "body_too_large", json=big)  # declared length
             assert body["error"]["details"] == {"limit": 512}
@@ -757,20 +1277,44 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
         assert ready == {"status": "unavailable", "checks": {"redis": False, "broker": True}}
         assert call(api, "GET", "/healthz", status=200) == {"status": "ok"}
         rid = RequestIdCodec(HMAC_KEY).encode(BatchRef("kafka", "g", "", shared_topic, "0", 0, 1, 1))
-        for method, path, template, kw in [
+        reset = {"topic": shared_topic, "to": "earliest"}
+        cases = [
             ("GET", "/message", "/message", {"params": {"consumer": "g", "topic": shared_topic}}),
             ("POST", "/message", "/message", {"json": {"consumer": "g", "topic": shared_topic}}),
             ("POST", "/ack", "/ack", {"json": {"requestId": rid}}),
             ("POST", "/unlock", "/unlock", {"json": {"requestId": rid}}),
+            ("POST", "/produce", "/produce", {"json": {"topic": shared_topic, "producer": "p", "value": "x"}}),
             ("GET", "/consumers/g/queues", "/consumers/{group}/queues", {}),
             ("GET", "/consumers/g/clients", "/consumers/{group}/clients", {}),
             ("GET", "/consumers/g/clients/c/queues", "/consumers/{group}/clients/{client_id}/queues", {}),
-            ("GET", "/consumers/g/config", "/consumers/{group}/config", {}),
-            ("PUT", "/consumers/g/config", "/consumers/{group}/config", {"json": {"start": "earliest"}}),
-        ]:
+            ("GET", "/admin/consumers", "/admin/consumers", {}),
+            ("GET", "/admin/consumers/g", "/admin/consumers/{group}", {}),
+            ("PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": [shared_topic]}}),
+            ("PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"start": "earliest"}}),
+            ("DELETE", "/admin/consumers/g", "/admin/consumers/{group}", {}),
+            ("POST", "/admin/consumers/g/pause", "/admin/consumers/{group}/pause", {}),
+            ("POST", "/admin/consumers/g/resume", "/admin/consumers/{group}/resume", {}),
+            ("POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": reset}),
+            ("GET", "/admin/producers", "/admin/producers", {}),
+            ("GET", "/admin/producers/p", "/admin/producers/{name}", {}),
+            ("PUT", "/admin/producers/p", "/admin/producers/{name}", {"json": {"topics": [shared_topic]}}),
+            ("DELETE", "/admin/producers/p", "/admin/producers/{name}", {}),
+            ("GET", "/admin/keys", "/admin/keys", {}),
+            ("POST", "/admin/keys", "/admin/keys", {"json": {"name": "k", "admin": True}}),
+            ("GET", "/admin/keys/0123456789abcdef", "/admin/keys/{key_id}", {}),
+            ("DELETE", "/admin/keys/0123456789abcdef", "/admin/keys/{key_id}", {}),
+            ("GET", "/admin/backlog", "/admin/backlog", {}),
+            ("GET", "/admin/alerts", "/admin/alerts", {}),
+            ("POST", "/admin/alerts/evaluate", "/admin/alerts/evaluate", {}),
+        ]
+        for method, path, template, kw in cases:
             call(api, method, path, template, 503, "unavailable", **kw)
-        # producing needs no Redis
+        # every operation that reads or writes Redis is covered: all but the open ones
+        covered = {(t, m.lower()) for m, _, t, _ in cases}
+        assert covered == {(p, m) for p, m, _ in operations() if (p, m) not in OPEN_OPERATIONS}
+        # producing needs no Redis (in open mode, naming no producer), nor do the metrics
         produce(api, {"topic": shared_topic, "value": "still works"})
+        assert "mqgw_requests_total" in call(api, "GET", "/metrics", status=200)
         done()
     finally:
         api.http.close()

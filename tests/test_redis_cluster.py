@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
-from gateway import devstack
 
 from .conftest import Api, start_node, unique
-
-
-@pytest.fixture(scope="module")
-def redis_cluster():
-    if os.environ.get("REDIS_URL"):
-        pytest.skip("external Redis configured; the cluster test starts its own servers")
-    c = devstack.start_redis_cluster(3)
-    yield c
-    c.stop()
 
 
 @pytest.mark.timeout(120)

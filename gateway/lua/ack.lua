@@ -2,14 +2,22 @@
 -- commit, and only when the committed offset still equals the batch's start offset. An expired
 -- lock that nobody took since still has our token, so a late ack commits.
 --
--- KEYS[1] consumer hash  KEYS[2] consumer config hash
+-- KEYS[1] consumer hash  KEYS[2] consumer config hash  KEYS[3] consumer's API-key grants
 -- ARGV[1] field prefix 'topic:queue:'  ARGV[2] batch offset  ARGV[3] next offset  ARGV[4] lock token
 -- ARGV[5] now (ms)  ARGV[6] default consume timeout (ms)  ARGV[7] high watermark seen (-1 if none)
+-- ARGV[8] auth '1'|'0'  ARGV[9] key id  ARGV[10] key sha256 (hex)
 -- Returns {result, committed offset, lock state} with result one of
---   committed | already_committed | lock_lost | offset_reset | offset_mismatch | unknown
+--   committed | already_committed | lock_lost | offset_reset | offset_mismatch | unknown | unauthorized
 -- ('offset_reset': an operator reset the queue after this batch was fetched; rtok is the lock
 -- token a reset left behind, so every batch fetched before it has a token <= rtok).
 local key, p = KEYS[1], ARGV[1]
+if ARGV[8] == '1' then  -- constant-time comparison of the key's digest
+  local want, got = redis.call('HGET', KEYS[3], ARGV[9]), ARGV[10]
+  if not want or #want ~= #got then return {'unauthorized', -1, ''} end
+  local diff = 0
+  for i = 1, #want do diff = bit.bor(diff, bit.bxor(string.byte(want, i), string.byte(got, i))) end
+  if diff ~= 0 then return {'unauthorized', -1, ''} end
+end
 local v = redis.call('HMGET', key, p .. 'com', p .. 'tok', p .. 'lock', p .. 'max', p .. 'rtok')
 local com = tonumber(v[1])
 if com == nil then return {'unknown', -1, ''} end

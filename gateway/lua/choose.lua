@@ -1,48 +1,92 @@
--- Choose and lock one queue for a consumer, in one round trip.
+-- Check the caller and choose and lock one queue for a consumer, in one round trip.
 --
--- KEYS[1] consumer hash   KEYS[2] consumer config hash   KEYS[3] broadcast client registry (zset)
+-- KEYS[1] consumer hash  KEYS[2] consumer config hash  KEYS[3] broadcast client registry (zset)
+-- KEYS[4] consumer's API-key grants (hash key id -> sha256)  KEYS[5] rate-limit bucket (hash)
 -- ARGV[1] topic  ARGV[2] now (ms)  ARGV[3] default consume timeout (ms)  ARGV[4] default start
 -- ARGV[5] client address  ARGV[6] clientId ('' in cluster mode)  ARGV[7] client idle ttl (ms)
--- ARGV[8] queues to skip, as ',q1,q2,' ('' for none)  ARGV[9..] triples: queue id, low watermark, high watermark
+-- ARGV[8] queues to skip, as ',q1,q2,' ('' for none)  ARGV[9] batch size asked for
+-- ARGV[10] open mode '1'|'0'  ARGV[11] auth '1'|'0'  ARGV[12] key id  ARGV[13] key sha256 (hex)
+-- ARGV[14..] triples: queue id, low watermark, high watermark
 --
 -- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr.
 -- max never goes down; com starts at the latest (or earliest) offset; a lock is free when 0 or older
 -- than the consume timeout; every lock increments tok so stale acks can be told apart.
--- Returns {1, queue, committed, token, max, previous_lock_ms, timeout}, {0, next_wake_ms | -1},
--- or {2} when the consumer is paused (nothing is locked or registered).
-local key, cfgkey, clients = KEYS[1], KEYS[2], KEYS[3]
-local topic, now = ARGV[1], tonumber(ARGV[2])
-local cfg = redis.call('HMGET', cfgkey, 'consume_timeout_ms', 'start', 'paused')
+-- Returns one of
+--   {1, queue, committed, token, max, previous_lock_ms, timeout, allowance}  a queue was locked;
+--        allowance is how many records the caller may read (batch caps and the rate limit)
+--   {0, next_wake_ms | -1}   nothing to lock now
+--   {2}                      paused
+--   {3, reason}              refused: unauthorized | unregistered | topic_not_allowed |
+--                            client_id_required | client_id_not_allowed
+--   {4, retry_after_ms}      over the consumer's rate limit
+local key, cfgkey, clients, grants, bucket = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local topic, now, client = ARGV[1], tonumber(ARGV[2]), ARGV[6]
+
+if ARGV[11] == '1' then  -- constant-time comparison of the key's digest
+  local want, got = redis.call('HGET', grants, ARGV[12]), ARGV[13]
+  if not want or #want ~= #got then return {3, 'unauthorized'} end
+  local diff = 0
+  for i = 1, #want do diff = bit.bor(diff, bit.bxor(string.byte(want, i), string.byte(got, i))) end
+  if diff ~= 0 then return {3, 'unauthorized'} end
+end
+
+local cfg = redis.call('HMGET', cfgkey, 'consume_timeout_ms', 'start', 'paused', 'registered',
+                       'topics', 'mode', 'max_batch', 'rate', 'burst')
+if cfg[4] == '1' then
+  if not string.find(cfg[5] or '', ',' .. topic .. ',', 1, true) then return {3, 'topic_not_allowed'} end
+  if cfg[6] == 'broadcast' and client == '' then return {3, 'client_id_required'} end
+  if cfg[6] == 'cluster' and client ~= '' then return {3, 'client_id_not_allowed'} end
+elseif ARGV[10] ~= '1' then
+  return {3, 'unregistered'}
+end
 if cfg[3] == '1' then return {2} end
 local timeout = tonumber(cfg[1]) or tonumber(ARGV[3])
 local start = cfg[2] or ARGV[4]
-local skip = ARGV[8]
+local allowance = tonumber(ARGV[9])
+if tonumber(cfg[7]) and tonumber(cfg[7]) < allowance then allowance = tonumber(cfg[7]) end
 
-if ARGV[6] ~= '' then
+-- Token bucket shared by every node: refilled at `rate` messages/s up to `burst`.
+local rate, tokens = tonumber(cfg[8]), nil
+if rate and rate > 0 then
+  local burst = tonumber(cfg[9]) or math.max(math.floor(rate), 1)
+  local b = redis.call('HMGET', bucket, 'tokens', 'ts')
+  tokens = tonumber(b[1]) or burst
+  local last = tonumber(b[2]) or now
+  if now > last then tokens = math.min(burst, tokens + (now - last) * rate / 1000) end
+  if tokens < 1 then
+    redis.call('HSET', bucket, 'tokens', tokens, 'ts', now)
+    redis.call('PEXPIRE', bucket, math.ceil(burst * 1000 / rate) + 1000)
+    return {4, math.ceil((1 - tokens) * 1000 / rate)}
+  end
+  if math.floor(tokens) < allowance then allowance = math.floor(tokens) end
+end
+
+if client ~= '' then
   local idle = tonumber(ARGV[7])
-  redis.call('ZADD', clients, now, ARGV[6])
+  redis.call('ZADD', clients, now, client)
   redis.call('ZREMRANGEBYSCORE', clients, '-inf', '(' .. (now - idle))
   redis.call('PEXPIRE', clients, idle)
 end
 
-local n = (#ARGV - 8) / 3
+local skip = ARGV[8]
+local n = (#ARGV - 13) / 3
+if n == 0 then return {0, -1} end
 local names = {}
 for i = 0, n - 1 do
-  local p = topic .. ':' .. ARGV[9 + 3 * i] .. ':'
+  local p = topic .. ':' .. ARGV[14 + 3 * i] .. ':'
   names[4 * i + 1] = p .. 'max'
   names[4 * i + 2] = p .. 'com'
   names[4 * i + 3] = p .. 'lock'
   names[4 * i + 4] = p .. 'acc'
 end
-if n == 0 then return {0, -1} end
 local vals = redis.call('HMGET', key, unpack(names))
 
 local writes = {}
 local best, best_backlog, best_acc, best_com, best_max, best_lock = nil, 0, 0, 0, 0, 0
 local wake = -1
 for i = 0, n - 1 do
-  local q = ARGV[9 + 3 * i]
-  local lo, hi = tonumber(ARGV[10 + 3 * i]), tonumber(ARGV[11 + 3 * i])
+  local q = ARGV[14 + 3 * i]
+  local lo, hi = tonumber(ARGV[15 + 3 * i]), tonumber(ARGV[16 + 3 * i])
   local mx, com = tonumber(vals[4 * i + 1]), tonumber(vals[4 * i + 2])
   local lock, acc = tonumber(vals[4 * i + 3]) or 0, tonumber(vals[4 * i + 4]) or 0
   if mx == nil or hi > mx then
@@ -67,10 +111,16 @@ for i = 0, n - 1 do
   end
 end
 if #writes > 0 then redis.call('HSET', key, unpack(writes)) end
-if ARGV[6] ~= '' then redis.call('PEXPIRE', key, ARGV[7]) end  -- idle clientIds' offsets expire
+if client ~= '' then redis.call('PEXPIRE', key, ARGV[7]) end  -- idle clientIds' offsets expire
 if best == nil then return {0, wake} end
 
+if tokens then  -- charge what this batch can at most return: no refund round trip needed
+  if best_backlog < allowance then allowance = best_backlog end
+  local burst = tonumber(cfg[9]) or math.max(math.floor(rate), 1)
+  redis.call('HSET', bucket, 'tokens', tokens - allowance, 'ts', now)
+  redis.call('PEXPIRE', bucket, math.ceil(burst * 1000 / rate) + 1000)
+end
 local p = topic .. ':' .. best .. ':'
 local tok = redis.call('HINCRBY', key, p .. 'tok', 1)
 redis.call('HSET', key, p .. 'lock', now, p .. 'acc', now, p .. 'addr', ARGV[5])
-return {1, best, best_com, tok, best_max, best_lock, timeout}
+return {1, best, best_com, tok, best_max, best_lock, timeout, allowance}

@@ -1,0 +1,161 @@
+"""Admin API routes (``/admin/...``): registry, keys, pause/resume, resets, backlog and alerts.
+
+Every route here requires an admin key when auth is on. Each change is a Redis write that
+the next request on every node reads, so there is no reload window.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from . import admin
+from .errors import bad_request, not_found
+from .http import JSON, read_json
+from .names import check_name
+from .registry import check_names
+
+
+def _gw(request: Request) -> Any:
+    return request.app.state.gw
+
+
+async def _admin(request: Request) -> Any:
+    gw = _gw(request)
+    await gw.auth.require_admin(request.headers)
+    return gw
+
+
+async def _object_body(request: Request, gw: Any) -> dict[str, Any]:
+    body = await read_json(request, gw.settings.max_body_bytes)
+    if not isinstance(body, dict):
+        raise bad_request("invalid_body", "request body must be a JSON object")
+    return body
+
+
+def _flag(request: Request, name: str, default: bool = False) -> bool:
+    raw = request.query_params.get(name, "true" if default else "false").lower()
+    if raw not in ("true", "false", "1", "0"):
+        code = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+        raise bad_request(f"invalid_{code}", f"{name} must be true or false")
+    return raw in ("true", "1")
+
+
+# -- consumers -------------------------------------------------------------------------------
+async def consumers_route(request: Request) -> Response:
+    gw = await _admin(request)
+    return JSON({"consumers": await gw.registry.list_consumers()})
+
+
+async def consumer_route(request: Request) -> Response:
+    gw = await _admin(request)
+    group = check_name(request.path_params["group"], "consumer")
+    if request.method == "GET":
+        return JSON(await gw.registry.get_consumer(group))
+    if request.method == "DELETE":
+        return JSON(await gw.registry.delete_consumer(group, _flag(request, "deleteOffsets")))
+    body = await _object_body(request, gw)
+    if request.method == "PUT":
+        view, created = await gw.registry.put_consumer(group, body)
+        return JSON(view, status_code=201 if created else 200)
+    return JSON(await gw.registry.patch_consumer(group, body))
+
+
+async def pause_route(request: Request) -> Response:
+    gw = await _admin(request)
+    group = check_name(request.path_params["group"], "consumer")
+    paused = request.url.path.endswith("/pause")
+    await gw.registry.set_paused(group, paused)
+    return JSON({"consumer": group, "paused": paused})
+
+
+async def reset_route(request: Request) -> Response:
+    gw = await _admin(request)
+    group = check_name(request.path_params["group"], "consumer")
+    return JSON(await admin.reset(gw.store, gw.broker, group, await _object_body(request, gw)))
+
+
+# -- producers -------------------------------------------------------------------------------
+async def producers_route(request: Request) -> Response:
+    gw = await _admin(request)
+    return JSON({"producers": await gw.registry.list_producers()})
+
+
+async def producer_route(request: Request) -> Response:
+    gw = await _admin(request)
+    name = check_name(request.path_params["name"], "producer")
+    if request.method == "GET":
+        return JSON(await gw.registry.get_producer(name))
+    if request.method == "DELETE":
+        return JSON(await gw.registry.delete_producer(name))
+    rec, created = await gw.registry.put_producer(name, await _object_body(request, gw))
+    return JSON(rec, status_code=201 if created else 200)
+
+
+# -- API keys --------------------------------------------------------------------------------
+async def keys_route(request: Request) -> Response:
+    gw = await _admin(request)
+    if request.method == "GET":
+        return JSON({"keys": [r.public() for r in await gw.keys.all()]})
+    body = await _object_body(request, gw)
+    extra = set(body) - {"name", "admin", "producers", "consumers"}
+    if extra:
+        raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
+    name = check_name(body.get("name"), "name")
+    is_admin = body.get("admin", False)
+    if type(is_admin) is not bool:
+        raise bad_request("invalid_admin", "admin must be true or false")
+    producers = check_names(body.get("producers"), "producers")
+    consumers = check_names(body.get("consumers"), "consumers")
+    if not (is_admin or producers or consumers):
+        raise bad_request("empty_grant", "a key needs admin, producers or consumers")
+    key, rec = await gw.keys.create(name, admin=is_admin, producers=producers, consumers=consumers)
+    return JSON({**rec.public(), "key": key}, status_code=201)
+
+
+async def key_route(request: Request) -> Response:
+    gw = await _admin(request)
+    key_id = request.path_params["key_id"]
+    rec = await (gw.keys.revoke(key_id) if request.method == "DELETE" else gw.keys.get(key_id))
+    if rec is None:
+        raise not_found("unknown_key", f"no API key with id {key_id!r}")
+    return JSON({**rec.public(), "revoked": True} if request.method == "DELETE" else rec.public())
+
+
+# -- backlog and alerts ----------------------------------------------------------------------
+async def backlog_route(request: Request) -> Response:
+    from . import backlog
+    from .store import now_ms
+
+    gw = await _admin(request)
+    names = [check_name(c, "consumer") for c in request.query_params.getlist("consumer")]
+    rows = await backlog.collect(gw, names or None, with_age=_flag(request, "age", default=True))
+    return JSON({"consumers": rows, "generatedMs": now_ms()})
+
+
+async def alerts_route(request: Request) -> Response:
+    gw = await _admin(request)
+    include_all = _flag(request, "all")
+    if request.method == "POST":  # /admin/alerts/evaluate
+        await gw.alerts.evaluate_now()
+    return JSON(await gw.alerts.view(include_all=include_all))
+
+
+admin_routes = [
+    Route("/admin/consumers", consumers_route, methods=["GET"]),
+    Route("/admin/consumers/{group}", consumer_route, methods=["GET", "PUT", "PATCH", "DELETE"]),
+    Route("/admin/consumers/{group}/pause", pause_route, methods=["POST"]),
+    Route("/admin/consumers/{group}/resume", pause_route, methods=["POST"]),
+    Route("/admin/consumers/{group}/reset", reset_route, methods=["POST"]),
+    Route("/admin/producers", producers_route, methods=["GET"]),
+    Route("/admin/producers/{name}", producer_route, methods=["GET", "PUT", "DELETE"]),
+    Route("/admin/keys", keys_route, methods=["GET", "POST"]),
+    Route("/admin/keys/{key_id}", key_route, methods=["GET", "DELETE"]),
+    Route("/admin/backlog", backlog_route, methods=["GET"]),
+    Route("/admin/alerts", alerts_route, methods=["GET"]),
+    Route("/admin/alerts/evaluate", alerts_route, methods=["POST"]),
+]

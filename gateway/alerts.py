@@ -1,0 +1,336 @@
+"""Backlog alerts: per-consumer thresholds on the backlog (messages) and on the age of the
+oldest unconsumed record, evaluated by one node at a time, with state kept in Redis.
+
+Every node runs an :class:`AlertMonitor`. Once per ``alert_interval_ms`` one of them wins a
+lease (``SET NX PX``) and evaluates every consumer under an evaluation lock; the new state is
+written only if that lock is still held (one Lua call), and only the node that wrote a
+transition posts its webhook, so two nodes never report the same transition. Thresholds are
+the config hash fields ``alert_backlog`` and ``alert_age_ms``
+(``PATCH /admin/consumers/{c} {"alerts": {...}}``).
+
+Keys (``P`` is the key prefix; one hash tag, so the Lua call works on Redis Cluster):
+
+==========================  ======  ==================================================
+``P:{alerts}:state``        hash    consumer -> JSON alert state (consumers with thresholds)
+``P:{alerts}:gauges``       hash    consumer -> JSON ``{totalBacklog, oldestAgeMs}`` (all)
+``P:{alerts}:evaluated``    string  time of the last evaluation (ms)
+``P:{alerts}:lease``        string  node that evaluates this interval (``SET NX PX``)
+``P:{alerts}:lock``         string  token of the running evaluation
+==========================  ======  ==================================================
+
+Webhooks are sent at most once: a node that dies between writing a transition and posting
+it loses that post (the state in the admin API and the metrics is still right).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+import orjson
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from . import backlog
+from .errors import ApiError
+from .store import OffsetStore, now_ms
+
+log = logging.getLogger("mqgw.alerts")
+
+WEBHOOK_TIMEOUT_S = 5.0
+WEBHOOK_RETRIES = 3
+WEBHOOK_BACKOFF_S = 0.5  # doubled after every failed attempt
+#: How long evaluate_now() waits for an evaluation running elsewhere.
+LOCK_WAIT_S = 30.0
+
+# KEYS: lock, state, gauges, evaluated. ARGV: token, now, number of states, then name/JSON pairs
+# of the states, then name/JSON pairs of the gauges. Replaces both hashes if the lock is ours.
+_COMMIT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3])
+local n = tonumber(ARGV[3])
+local function put(key, from, to)
+  for i = from, to, 1000 do
+    redis.call('HSET', key, unpack(ARGV, i, math.min(i + 999, to)))
+  end
+end
+put(KEYS[2], 4, 3 + 2 * n)
+put(KEYS[3], 4 + 2 * n, #ARGV)
+redis.call('SET', KEYS[4], ARGV[2])
+return 1
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def alert_key(store: OffsetStore, what: str) -> str:
+    """``P:{alerts}:<what>``: all alert keys share one Redis Cluster slot."""
+    return f"{store.prefix}:{{alerts}}:{what}"
+
+
+def _age_threshold(cfg: dict[str, str]) -> bool:
+    return "oldestAgeMs" in backlog.thresholds(cfg)
+
+
+class AlertMonitor:
+    def __init__(self, gw: Any) -> None:
+        self.gw = gw
+        self.redis = gw.redis
+        self.interval_ms: int = gw.settings.alert_interval_ms
+        self.webhook_url: str = gw.settings.alert_webhook_url
+        self.node_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._commit = self.redis.register_script(_COMMIT)
+        self._release = self.redis.register_script(_RELEASE)
+        self._task: asyncio.Task[None] | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._http: Any = None  # httpx.AsyncClient, made on the first webhook
+
+    def key(self, what: str) -> str:
+        return alert_key(self.gw.store, what)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        global _current
+        _current = self
+        _register_metrics_hook()
+        if self.interval_ms > 0 and self._task is None:
+            self._task = asyncio.create_task(self._run(), name="mqgw-alerts")
+
+    async def stop(self) -> None:
+        global _current
+        if _current is self:
+            _current = None
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+            try:  # let another node evaluate without waiting out our lease
+                await self._release(keys=[self.key("lease")], args=[self.node_id])
+            except Exception as e:
+                log.info("could not release the alert lease: %r", e)
+        if self._sender is not None:
+            try:  # give pending webhooks a moment, then drop them
+                await asyncio.wait_for(self._outbox.join(), 2.0)
+            except TimeoutError:
+                log.warning("dropping %d unsent alert webhook(s) at shutdown", self._outbox.qsize())
+            self._sender.cancel()
+            await asyncio.gather(self._sender, return_exceptions=True)
+            self._sender = None
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def _run(self) -> None:
+        # Ticks are shorter than the interval so an expired lease is taken soon by some node;
+        # the lease still allows one evaluation per interval across all nodes.
+        tick = max(0.05, self.interval_ms / 4000)
+        while True:
+            try:
+                if await self.redis.set(self.key("lease"), self.node_id, nx=True, px=self.interval_ms):
+                    await self._locked(wait_s=0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("backlog alert evaluation failed: %r", e)
+            await asyncio.sleep(tick)
+
+    async def evaluate_now(self) -> None:
+        """Evaluate at once (whatever the lease), after any evaluation running on another node."""
+        if not await self._locked(wait_s=LOCK_WAIT_S):
+            raise ApiError(503, "busy", "another alert evaluation is still running",
+                           headers={"Retry-After": "1"})
+
+    async def _locked(self, wait_s: float) -> bool:
+        token = uuid.uuid4().hex
+        ttl = max(30_000, 3 * self.interval_ms)
+        deadline = time.monotonic() + wait_s
+        while not await self.redis.set(self.key("lock"), token, nx=True, px=ttl):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        try:
+            await self._evaluate(token)
+        finally:
+            await self._release(keys=[self.key("lock")], args=[token])
+        return True
+
+    # -- evaluation ----------------------------------------------------------------------------
+    async def _evaluate(self, token: str) -> None:
+        started = time.monotonic()
+        consumers = await backlog.collect(self.gw, with_age=_age_threshold)
+        now = now_ms()
+        raw = await self.redis.hgetall(self.key("state"))
+        previous = {_s(k): orjson.loads(v) for k, v in raw.items()}
+        states: dict[str, dict[str, Any]] = {}
+        events: list[dict[str, Any]] = []
+        for c in consumers:
+            limits = c["alerts"]
+            if not limits:
+                continue  # no thresholds (any more): not kept, resolved below if it was firing
+            name = c["consumer"]
+            old = previous.pop(name, None)
+            was_firing = bool(old and old["state"] == "firing")
+            reasons = _reasons(c, limits, old if was_firing else None)
+            firing = bool(reasons)
+            state = {
+                "consumer": name, "state": "firing" if firing else "ok",
+                "since": old["since"] if old and was_firing == firing else now,
+                "reasons": reasons, "totalBacklog": c["totalBacklog"], "oldestAgeMs": c["oldestAgeMs"],
+                "thresholds": limits, "evaluatedMs": now,
+            }
+            states[name] = state
+            if firing != was_firing:
+                events.append(_event(state, "firing" if firing else "resolved",
+                                     reasons if firing else old["reasons"]))
+        for old in previous.values():  # unregistered, or its thresholds were removed
+            if old["state"] == "firing":
+                events.append(_event({**old, "since": now}, "resolved", old["reasons"]))
+        gauges = {c["consumer"]: {"totalBacklog": c["totalBacklog"], "oldestAgeMs": c["oldestAgeMs"]}
+                  for c in consumers}
+        args: list[Any] = [token, now, len(states)]
+        for name, st in states.items():
+            args += (name, orjson.dumps(st))
+        for name, g in gauges.items():
+            args += (name, orjson.dumps(g))
+        keys = [self.key(k) for k in ("lock", "state", "gauges", "evaluated")]
+        if not int(await self._commit(keys=keys, args=args)):
+            log.warning("backlog alert evaluation outlived its lock; results dropped")
+            return
+        log.debug("backlog alerts evaluated", extra={"consumers": len(consumers), "alerts": len(states),
+                                                     "duration_ms": round(1000 * (time.monotonic() - started))})
+        for e in events:
+            log.warning("backlog alert %s for consumer %s: %s", e["event"], e["consumer"],
+                        ",".join(e["reasons"]))
+            self._post_later(e)
+
+    # -- views and metrics -----------------------------------------------------------------------
+    async def view(self, include_all: bool = False) -> dict[str, Any]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.key("state"))
+            pipe.get(self.key("evaluated"))
+            raw, evaluated = await pipe.execute()
+        states = sorted((orjson.loads(v) for v in raw.values()), key=lambda s: s["consumer"])
+        out: dict[str, Any] = {"alerts": [s for s in states if s["state"] == "firing"],
+                               "evaluatedMs": int(evaluated) if evaluated else None}
+        if include_all:
+            out["all"] = states
+        return out
+
+    async def collect_metrics(self) -> list[Metric]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.key("gauges"))
+            pipe.hgetall(self.key("state"))
+            gauges_raw, state_raw = await pipe.execute()
+        size = GaugeMetricFamily("mqgw_consumer_backlog",
+                                 "Records not yet committed (broadcast: slowest clientId), "
+                                 "as of the last alert evaluation", labels=["consumer"])
+        age = GaugeMetricFamily("mqgw_consumer_oldest_age_seconds",
+                                "Age of the oldest unconsumed record (consumers with an age "
+                                "threshold), as of the last alert evaluation", labels=["consumer"])
+        firing = GaugeMetricFamily("mqgw_backlog_alert",
+                                   "1 while the consumer's backlog alert fires, else 0",
+                                   labels=["consumer"])
+        for name, raw in sorted(gauges_raw.items()):
+            g, consumer = orjson.loads(raw), _s(name)
+            size.add_metric([consumer], g["totalBacklog"])
+            if g["oldestAgeMs"] is not None:
+                age.add_metric([consumer], g["oldestAgeMs"] / 1000)
+        for name, raw in sorted(state_raw.items()):
+            firing.add_metric([_s(name)], 1 if orjson.loads(raw)["state"] == "firing" else 0)
+        return [size, age, firing]
+
+    # -- webhook -------------------------------------------------------------------------------
+    def _post_later(self, payload: dict[str, Any]) -> None:
+        """Queue a webhook; one sender per process keeps them in order."""
+        if not self.webhook_url:
+            return
+        self._outbox.put_nowait(payload)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_loop(), name="mqgw-alert-webhook")
+
+    async def _send_loop(self) -> None:
+        while True:
+            payload = await self._outbox.get()
+            try:
+                await self._post(payload)
+            except Exception as e:  # never let one payload stop the sender
+                log.error("alert webhook for %s failed: %r", payload.get("consumer"), e)
+            finally:
+                self._outbox.task_done()
+
+    async def _post(self, payload: dict[str, Any]) -> None:
+        import httpx  # only needed when a webhook is configured
+
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT_S)
+        body = orjson.dumps(payload)
+        for attempt in range(WEBHOOK_RETRIES + 1):
+            try:
+                r = await self._http.post(self.webhook_url, content=body,
+                                          headers={"content-type": "application/json"})
+                if r.is_success:
+                    return
+                problem = f"HTTP {r.status_code}"
+                if r.status_code < 500 and r.status_code not in (408, 429):
+                    break  # the receiver refuses it: retrying will not help
+            except httpx.HTTPError as e:
+                problem = repr(e)
+            if attempt < WEBHOOK_RETRIES:
+                log.warning("alert webhook attempt %d failed (%s); retrying", attempt + 1, problem)
+                await asyncio.sleep(WEBHOOK_BACKOFF_S * 2 ** attempt)
+        log.error("alert webhook %s for consumer %s not delivered: %s", payload["event"],
+                  payload["consumer"], problem)
+
+
+def _reasons(c: dict[str, Any], limits: dict[str, int], firing: dict[str, Any] | None) -> list[str]:
+    reasons = []
+    if "backlogMessages" in limits and c["totalBacklog"] >= limits["backlogMessages"]:
+        reasons.append("backlog")
+    if "oldestAgeMs" in limits:
+        age = c["oldestAgeMs"]
+        if age is None:  # the broker could not tell: keep what we had, do not flap
+            if firing and "age" in firing["reasons"]:
+                reasons.append("age")
+        elif age >= limits["oldestAgeMs"]:
+            reasons.append("age")
+    return reasons
+
+
+def _event(state: dict[str, Any], event: str, reasons: list[str]) -> dict[str, Any]:
+    """The webhook body; for ``resolved``, ``reasons`` are the ones that had been firing."""
+    return {"event": event, "consumer": state["consumer"], "reasons": reasons,
+            "totalBacklog": state["totalBacklog"], "oldestAgeMs": state["oldestAgeMs"],
+            "thresholds": state["thresholds"], "since": state["since"], "gateway": "mq-gateway"}
+
+
+def _s(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+# -- Prometheus scrape hook: one per process, reading through the running monitor ---------------
+_current: AlertMonitor | None = None
+_hooked = False
+
+
+async def collect_metrics() -> list[Metric]:
+    """``mqgw_consumer_backlog``, ``mqgw_consumer_oldest_age_seconds`` and ``mqgw_backlog_alert``
+    from the Redis state (the same on every node and worker, so never summed)."""
+    return await _current.collect_metrics() if _current is not None else []
+
+
+def _register_metrics_hook() -> None:
+    global _hooked
+    if _hooked:
+        return
+    from . import metrics
+
+    metrics.add_collector_hook(collect_metrics)
+    _hooked = True

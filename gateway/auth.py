@@ -1,0 +1,167 @@
+"""API keys: ``mqgw_<id>_<secret>``, kept in Redis only as SHA-256 and compared in constant time.
+
+A key binds identities, not topics: the producers it may produce as, the consumers it may
+consume as, and whether it may use the admin API. What a producer may write and what a
+consumer may read is the registry's business (``registry.py``), so changing a registration
+changes what every key bound to it may do, at once.
+
+The consume side is checked inside the choose/ack/unlock scripts: creating a key copies its
+digest into ``P:{G}:auth`` of every consumer it names (the same Redis slot as that consumer's
+offsets), so ``/message`` and ``/ack`` pay no extra round trip for auth. The slower paths
+(admin calls, telling 401 from 403 after a refusal) read the key record itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import orjson
+
+from .errors import ApiError, forbidden, unauthorized
+from .store import Credential, OffsetStore, now_ms
+
+_KEY = re.compile(r"mqgw_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> tuple[str, str]:
+    """A fresh (key id, key): 64 bits of id, 256 bits of secret."""
+    key_id = secrets.token_hex(8)
+    return key_id, f"mqgw_{key_id}_{secrets.token_urlsafe(32)}"
+
+
+def presented(headers: Mapping[str, str]) -> Credential:
+    """The key in ``Authorization: Bearer <key>`` (or ``X-API-Key``); 401 if absent or malformed."""
+    raw = headers.get("authorization", "")
+    if raw:
+        scheme, _, raw = raw.partition(" ")
+        if scheme.lower() != "bearer":
+            raise unauthorized("invalid_api_key", "use 'Authorization: Bearer <key>'")
+        raw = raw.strip()
+    else:
+        raw = headers.get("x-api-key", "").strip()
+    if not raw:
+        raise unauthorized("missing_api_key", "this gateway requires an API key: "
+                           "send 'Authorization: Bearer <key>'")
+    m = _KEY.fullmatch(raw)
+    if not m:
+        raise unauthorized("invalid_api_key", "the API key is not valid")
+    return Credential(m.group(1), digest(raw))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    id: str
+    name: str
+    sha256: str
+    admin: bool = False
+    producers: list[str] = field(default_factory=list)
+    consumers: list[str] = field(default_factory=list)
+    created_ms: int = 0
+
+    def public(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "admin": self.admin, "producers": self.producers,
+                "consumers": self.consumers, "createdMs": self.created_ms}
+
+
+class KeyStore:
+    """Create, look up, verify and revoke keys (``P:{reg}:keys`` plus per-consumer grants)."""
+
+    def __init__(self, store: OffsetStore) -> None:
+        self.store = store
+        self.redis = store.redis
+        self.hash = store.registry_key("keys")
+
+    async def create(self, name: str, *, admin: bool = False, producers: list[str] | None = None,
+                     consumers: list[str] | None = None) -> tuple[str, KeyRecord]:
+        key_id, key = new_key()
+        rec = KeyRecord(key_id, name, digest(key), admin, sorted(set(producers or [])),
+                        sorted(set(consumers or [])), now_ms())
+        # Grants first, record last: a key is never usable for the admin API before its
+        # record exists, and revoke() undoes in the opposite order.
+        for g in rec.consumers:
+            await self.redis.hset(self.store.grants_key(g), key_id, rec.sha256)
+        await self.redis.hset(self.hash, key_id, orjson.dumps(asdict(rec)))
+        return key, rec
+
+    async def get(self, key_id: str) -> KeyRecord | None:
+        raw = await self.redis.hget(self.hash, key_id)
+        return KeyRecord(**orjson.loads(raw)) if raw else None
+
+    async def all(self) -> list[KeyRecord]:
+        raw = await self.redis.hgetall(self.hash)
+        return sorted((KeyRecord(**orjson.loads(v)) for v in raw.values()),
+                      key=lambda r: (r.created_ms, r.id))
+
+    async def verify(self, cred: Credential) -> KeyRecord | None:
+        rec = await self.get(cred.key_id)
+        if rec is None or not hmac.compare_digest(rec.sha256, cred.sha256):
+            return None
+        return rec
+
+    async def revoke(self, key_id: str) -> KeyRecord | None:
+        rec = await self.get(key_id)
+        if rec is None:
+            return None
+        await self.redis.hdel(self.hash, key_id)
+        for g in rec.consumers:
+            await self.redis.hdel(self.store.grants_key(g), key_id)
+        return rec
+
+
+class Authorizer:
+    """Request-level checks for the paths that are not inside a consume script."""
+
+    def __init__(self, enabled: bool, keys: KeyStore) -> None:
+        self.enabled = enabled
+        self.keys = keys
+
+    def credential(self, headers: Mapping[str, str]) -> Credential | None:
+        """The caller's credential, or None when auth is off."""
+        return presented(headers) if self.enabled else None
+
+    async def caller(self, headers: Mapping[str, str]) -> KeyRecord | None:
+        """The verified key record (None when auth is off); 401 for unknown or wrong keys."""
+        cred = self.credential(headers)
+        if cred is None:
+            return None
+        rec = await self.keys.verify(cred)
+        if rec is None:
+            raise unauthorized("invalid_api_key", "the API key is not valid")
+        return rec
+
+    async def require_admin(self, headers: Mapping[str, str]) -> None:
+        rec = await self.caller(headers)
+        if rec is not None and not rec.admin:
+            raise forbidden("forbidden", "this API key may not use the admin API")
+
+    async def require_consumer(self, headers: Mapping[str, str], group: str) -> None:
+        """For a consumer's own views: an admin key or a key bound to that consumer."""
+        rec = await self.caller(headers)
+        if rec is not None and not rec.admin and group not in rec.consumers:
+            raise forbidden("forbidden", f"this API key may not act as consumer {group!r}")
+
+    async def require_consume(self, cred: Credential | None, group: str) -> None:
+        """The slow check, for error paths that run before a consume script has checked the key
+        (an unknown topic must not answer 404 to a caller without a valid key)."""
+        if cred is None:
+            return
+        rec = await self.keys.verify(cred)
+        if rec is None:
+            raise unauthorized("invalid_api_key", "the API key is not valid")
+        if group not in rec.consumers:
+            raise forbidden("forbidden", f"this API key may not consume as {group!r}")
+
+    async def consume_refused(self, cred: Credential | None, group: str) -> ApiError:
+        """A consume script said ``unauthorized``: 401 for a bad key, 403 for a key of someone else."""
+        if cred is None or await self.keys.verify(cred) is None:
+            return unauthorized("invalid_api_key", "the API key is not valid")
+        return forbidden("forbidden", f"this API key may not consume as {group!r}")

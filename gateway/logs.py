@@ -1,0 +1,212 @@
+"""Structured logs: one JSON object per line, tagged with the HTTP request's id.
+
+A gateway node answers requests for any consumer, and a batch fetched on one node is often
+acked on another, so logs are only useful when they can be joined across nodes: every line is
+JSON (log shippers need no parsing rules) and carries the ``X-Request-Id`` of the request it
+was written for, which the client can send (to join with its own logs) or read back from the
+response.
+
+:class:`RequestContext` is a pure ASGI middleware (``BaseHTTPMiddleware`` adds a task and a
+stream per request); it also records the request metrics, since it already times the request.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import time
+import uuid
+from contextvars import ContextVar
+from typing import Any
+
+import orjson
+from starlette.routing import Match, Mount
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import metrics
+
+__all__ = ["JsonFormatter", "RequestContext", "configure", "log_config", "request_id", "route_template"]
+
+#: The id of the HTTP request being served by the current task (None outside a request).
+request_id: ContextVar[str | None] = ContextVar("mqgw_request_id", default=None)
+
+_HEADER = b"x-request-id"
+_SANE_ID = re.compile(rb"[A-Za-z0-9._-]{1,128}")
+#: LogRecord attributes that are not ``extra=`` fields (``color_message`` is uvicorn's).
+_RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {
+    "message", "asctime", "taskName", "color_message"}
+_UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+
+access_log = logging.getLogger("mqgw.access")
+
+
+def _timestamp(created: float) -> str:
+    """ISO-8601 UTC with milliseconds; cheaper than building a datetime per line."""
+    secs = int(created)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{int((created - secs) * 1000):03d}Z"
+
+
+class JsonFormatter(logging.Formatter):
+    """ts, level, logger, msg, request_id (inside a request), exc (with a traceback), extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": _timestamp(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        rid = request_id.get()
+        if rid is not None:
+            out["request_id"] = rid
+        for key, value in record.__dict__.items():
+            if key not in _RESERVED and key not in out:
+                out[key] = value
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            out["exc"] = record.exc_text
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        try:
+            return orjson.dumps(out, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        except TypeError:  # e.g. an int wider than 64 bits: fall back to strings, never lose the line
+            return orjson.dumps({k: v if isinstance(v, str) else repr(v) for k, v in out.items()}).decode()
+
+
+def configure(level: str = "INFO") -> None:
+    """Send every log line (ours and uvicorn's) as JSON to stderr; safe to call again.
+
+    Meant to run after uvicorn configured its loggers (in the app factory, or at app import).
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    for h in root.handlers[:]:
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for name in _UVICORN_LOGGERS:  # uvicorn gives these their own plain-text handlers
+        lg = logging.getLogger(name)
+        # uvicorn --no-access-log leaves uvicorn.access with no handler and no propagation, and
+        # decides whether to log by lg.hasHandlers(): keep such a logger silent.
+        silenced = not lg.handlers and not lg.propagate
+        for h in lg.handlers[:]:
+            lg.removeHandler(h)
+        lg.setLevel(logging.NOTSET)
+        lg.propagate = not silenced
+
+
+def log_config(level: str = "INFO") -> dict[str, Any]:
+    """The same setup as a ``logging.config.dictConfig`` dict, for ``uvicorn.run(log_config=...)``.
+
+    uvicorn applies it in the supervisor too, so its own lines ("Started parent process") are JSON.
+    """
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": f"{__name__}.JsonFormatter"}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json",
+                                "stream": "ext://sys.stderr"}},
+        "root": {"handlers": ["stderr"], "level": level.upper()},
+        "loggers": {name: {"handlers": [], "level": "NOTSET", "propagate": True}
+                    for name in _UVICORN_LOGGERS},
+    }
+
+
+def _incoming_id(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name == _HEADER:
+            return value.decode("ascii") if _SANE_ID.fullmatch(value) else None
+    return None
+
+
+def route_template(scope: Scope) -> str:
+    """The matched route's path template, from what starlette's router left in the scope.
+
+    Starlette 1.x sets ``scope["route"]`` to the matched route, also on a method mismatch
+    (405), so this is a dict lookup. Nothing set means no route matched (404), unless this
+    starlette predates that: then the app's top-level routes are matched again.
+    """
+    if "route" not in scope and "endpoint" in scope:
+        return _match_again(scope)
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if not isinstance(path, str) or isinstance(route, Mount):  # a Mount left there: nothing inside matched
+        return "unmatched"
+    root = scope.get("app_root_path")  # under a Mount, the mount's prefix (route.path is relative)
+    if root is not None:
+        path = scope.get("root_path", "")[len(root):] + path
+    return path or "/"
+
+
+def _match_again(scope: Scope) -> str:
+    partial = "unmatched"
+    for route in getattr(scope.get("app"), "routes", ()):
+        if isinstance(route, Mount):
+            continue
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return str(route.path)
+        if match is Match.PARTIAL and partial == "unmatched":
+            partial = str(route.path)
+    return partial
+
+
+class RequestContext:
+    """Request id in, request id out, metrics and one access-log line per HTTP request.
+
+    The id is the client's ``X-Request-Id`` when it is 1-128 characters of ``[A-Za-z0-9._-]``,
+    else a fresh uuid4 hex. It is set in :data:`request_id` for the whole request, so every log
+    line the request causes carries it, and returned as ``x-request-id``.
+
+    Only ``http.response.start`` is looked at, so long polls and streamed bodies pass through
+    untouched. The duration runs until the app returns, i.e. until the body is fully sent.
+    Responses made by starlette's ``ServerErrorMiddleware`` (unhandled exceptions, outside any
+    user middleware) are counted as 500 but do not carry the header.
+    """
+
+    def __init__(self, app: ASGIApp, access_log: bool = True) -> None:
+        self.app = app
+        self.access_log = access_log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = _incoming_id(scope["headers"]) or uuid.uuid4().hex
+        token = request_id.set(rid)
+        extra_header = (_HEADER, rid.encode("ascii"))
+        status = 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                # A new list: the response may reuse its own header list.
+                message = {**message, "headers": [*message.get("headers", ()), extra_header]}
+            await send(message)
+
+        start = time.perf_counter()
+        ok = False
+        try:
+            await self.app(scope, receive, send_with_id)
+            ok = True
+        finally:
+            elapsed = time.perf_counter() - start
+            if not status:  # no response was started: the server (or error middleware) sends a 500
+                status = 500
+            route = route_template(scope)
+            metrics.observe_request(route, scope["method"], status, elapsed)
+            if self.access_log and access_log.isEnabledFor(logging.INFO):
+                client = scope.get("client")
+                access_log.info("%s %s %d", scope["method"], scope["path"], status, extra={
+                    "method": scope["method"], "path": scope["path"], "route": route,
+                    "status": status, "duration_ms": round(elapsed * 1000, 3),
+                    "client": f"{client[0]}:{client[1]}" if client else None})
+            # After an exception the id stays set for starlette's error handler, which logs the
+            # traceback outside this middleware; the server runs each request in its own task,
+            # so it does not leak into the next request.
+            if ok:
+                request_id.reset(token)

@@ -1,0 +1,210 @@
+"""The registry against real nodes: refusals, changes seen by every node at once, unregister,
+open mode, the cluster-wide rate limit, and no extra Redis round trip for any of it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import httpx
+import pytest
+import redis
+
+from .conftest import Api, Node, unique
+from .secure import Secure, sec  # noqa: F401  (the fixture)
+from .test_long_poll import Monitor
+
+
+def code(r: httpx.Response) -> tuple[int, str | None]:
+    return r.status_code, r.json().get("error", {}).get("code")
+
+
+@pytest.mark.timeout(90)
+def test_consumer_registration_is_enforced_and_changes_apply_on_every_node_at_once(
+        sec: Secure, make_topic: Callable[..., str]) -> None:
+    topic, other = make_topic(1), make_topic(1)
+    g = unique("g")
+    key = sec.key("svc", consumers=[g])
+    prod = unique("p")
+    sec.admin("PUT", f"/admin/producers/{prod}", json={"topics": [topic]})
+    pkey = sec.key("prod", producers=[prod])
+    msg = lambda node, **kw: sec.call("GET", "/message", key, node,  # noqa: E731
+                                      params={"consumer": g, "topic": topic, **kw})
+    assert code(msg(1)) == (403, "unregistered_consumer")
+    assert sec.admin("PUT", f"/admin/consumers/{g}", node=0, expect=201,
+                     json={"topics": [topic], "start": "earliest", "maxBatch": 2})["registered"]
+    assert msg(1).json()["status"] == "empty"  # registered on node 0, served by node 1 at once
+    for i in range(5):
+        assert sec.call("POST", "/produce", pkey, i % 2, json={"topic": topic, "value": f"v{i}"}).status_code == 200
+    got = msg(1, max=10, wait_ms=3000).json()
+    assert [m["value"] for m in got["messages"]] == ["v0", "v1"]  # maxBatch caps the request
+    assert sec.call("POST", "/ack", key, 0, json={"requestId": got["requestId"]}).json()["result"] == "committed"
+
+    sec.admin("PATCH", f"/admin/consumers/{g}", node=0, json={"topics": [other]})
+    assert code(msg(1)) == (403, "topic_not_allowed")
+    sec.admin("PATCH", f"/admin/consumers/{g}", node=1, json={"topics": [topic, other], "mode": "broadcast"})
+    assert code(msg(0)) == (400, "client_id_required")
+    assert msg(0, clientId="c1").status_code == 200
+    sec.admin("PATCH", f"/admin/consumers/{g}", node=0, json={"mode": "cluster"})
+    assert code(msg(1, clientId="c1")) == (400, "client_id_not_allowed")
+    # The cluster offsets survived the detour: the next batch continues at v2.
+    assert [m["value"] for m in msg(1, max=10).json()["messages"]] == ["v2", "v3"]
+    put = sec.admin("GET", f"/admin/consumers/{g}", node=1)
+    assert put["topics"] == sorted([topic, other]) and put["maxBatch"] == 2 and put["mode"] == "cluster"
+    assert g in {c["consumer"] for c in sec.admin("GET", "/admin/consumers")["consumers"]}
+
+
+@pytest.mark.timeout(60)
+def test_producer_registration_is_enforced(sec: Secure, make_topic: Callable[..., str]) -> None:
+    topic, other = make_topic(1), make_topic(1)
+    p1, p2 = unique("p"), unique("p")
+    key = sec.key("two-producers", producers=[p1, p2])
+    send = lambda node, **body: sec.call("POST", "/produce", key, node,  # noqa: E731
+                                         json={"topic": topic, "value": "x", **body})
+    assert code(send(0)) == (400, "missing_producer")  # two identities: say which
+    assert code(send(0, producer=p1)) == (403, "unregistered_producer")
+    assert code(send(0, producer="somebody-else")) == (403, "forbidden")
+    sec.admin("PUT", f"/admin/producers/{p1}", node=1, json={"topics": [other]})
+    assert code(send(0, producer=p1)) == (403, "topic_not_allowed")
+    assert sec.admin("PUT", f"/admin/producers/{p1}", node=1, json={"topics": [other, topic]})["topics"] \
+        == sorted([other, topic])
+    assert send(0, producer=p1).json()["failed"] == 0
+    assert sec.admin("GET", f"/admin/producers/{p1}", node=0)["topics"] == sorted([other, topic])
+    assert p1 in {p["producer"] for p in sec.admin("GET", "/admin/producers")["producers"]}
+    sec.admin("DELETE", f"/admin/producers/{p1}", node=0)
+    assert code(send(1, producer=p1)) == (403, "unregistered_producer")
+
+
+@pytest.mark.timeout(60)
+def test_unregister_keeps_offsets_unless_asked_to_delete_them(
+        sec: Secure, make_topic: Callable[..., str], rds: redis.Redis) -> None:
+    topic, g = make_topic(1), unique("g")
+    key = sec.key("svc", consumers=[g])
+    reg = {"topics": [topic], "start": "earliest"}
+    sec.admin("PUT", f"/admin/consumers/{g}", json=reg)
+    prod = unique("p")
+    sec.admin("PUT", f"/admin/producers/{prod}", json={"topics": [topic]})
+    pkey = sec.key("prod", producers=[prod])
+    for v in ("a", "b", "c"):
+        sec.call("POST", "/produce", pkey, json={"topic": topic, "value": v})
+    msg = lambda: sec.call("GET", "/message", key, 1,  # noqa: E731
+                           params={"consumer": g, "topic": topic, "max": 1, "wait_ms": 3000})
+    first = msg().json()
+    sec.call("POST", "/ack", key, json={"requestId": first["requestId"]})
+    out = sec.admin("DELETE", f"/admin/consumers/{g}", node=0)
+    assert out == {"consumer": g, "unregistered": True, "offsetsDeleted": False, "keysDeleted": 0}
+    assert code(msg()) == (403, "unregistered_consumer")
+    sec.admin("PUT", f"/admin/consumers/{g}", json=reg)
+    assert [m["value"] for m in msg().json()["messages"]] == ["b"]  # resumed at the committed offset
+    assert rds.exists(f"mqgw:{{{g}}}:q")
+    out = sec.admin("DELETE", f"/admin/consumers/{g}?deleteOffsets=true", node=1)
+    assert out["offsetsDeleted"] is True and out["keysDeleted"] >= 1
+    assert not rds.exists(f"mqgw:{{{g}}}:q") and not rds.exists(f"mqgw:{{{g}}}:cfg")
+    assert g not in {c["consumer"] for c in sec.admin("GET", "/admin/consumers")["consumers"]}
+    sec.admin("PUT", f"/admin/consumers/{g}", json=reg)
+    assert [m["value"] for m in msg().json()["messages"]] == ["a"]  # offsets gone: from the start
+    assert sec.call("GET", f"/admin/consumers/{unique()}", sec.admin_key).status_code == 404
+
+
+@pytest.mark.timeout(60)
+def test_open_mode_serves_unregistered_names_but_holds_registered_ones_to_their_registration(
+        api: Api, make_topic: Callable[..., str]) -> None:
+    topic, other = make_topic(1), make_topic(1)
+    free, held = unique("g"), unique("g")
+    assert api.message(0, consumer=free, topic=topic).status_code == 200
+    assert api.http.post(api.url("/produce"), json={"topic": topic, "value": "x"}).status_code == 200
+    r = api.http.put(api.url(f"/admin/consumers/{held}", 1), json={"topics": [other]})
+    assert r.status_code == 201, r.text
+    assert code(api.message(2, consumer=held, topic=topic)) == (403, "topic_not_allowed")
+    p = unique("p")
+    api.http.put(api.url(f"/admin/producers/{p}"), json={"topics": [other]})
+    r = api.http.post(api.url("/produce", 0), json={"topic": topic, "value": "x", "producer": p})
+    assert code(r) == (403, "topic_not_allowed")
+
+
+def _drain_rate_limited(urls: list[str], g: str, topic: str, seconds: float) -> tuple[int, float, int]:
+    """Consumers on every node as fast as they can; returns (delivered, elapsed, 429 answers)."""
+    delivered, limited = [0], [0]
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+
+    def worker(url: str) -> None:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            while time.monotonic() < stop:
+                r = c.get("/message", params={"consumer": g, "topic": topic, "max": 50})
+                body = r.json()
+                if r.status_code == 429:
+                    assert body["status"] == "rate_limited" and body["retryAfterMs"] > 0
+                    assert int(r.headers["retry-after"]) >= 1
+                    with lock:
+                        limited[0] += 1
+                    time.sleep(body["retryAfterMs"] / 1000)
+                    continue
+                assert r.status_code == 200, r.text
+                if body["status"] == "ok":
+                    with lock:
+                        delivered[0] += len(body["messages"])
+                    c.post("/ack", json={"requestId": body["requestId"]})
+                else:
+                    time.sleep(0.01)
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(urls[i % len(urls)],)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return delivered[0], time.monotonic() - start, limited[0]
+
+
+@pytest.mark.timeout(120)
+def test_rate_limit_holds_across_three_nodes(cluster: list[Node], api: Api,
+                                             make_topic: Callable[..., str]) -> None:
+    topic, g = make_topic(6), unique("g")
+    rate, burst = 200, 20
+    api.http.put(api.url(f"/admin/consumers/{g}"),
+                 json={"topics": [topic], "start": "earliest",
+                       "rateLimit": {"messagesPerSecond": rate, "burst": burst}}).raise_for_status()
+    for p in range(6):
+        for _ in range(5):
+            api.http.post(api.url("/produce"), json={"topic": topic, "messages": [
+                {"value": "x", "partition": p}] * 100}).raise_for_status()
+    time.sleep(0.5)  # let every node see the watermarks
+    delivered, elapsed, limited = _drain_rate_limited([n.url for n in cluster], g, topic, 5.0)
+    measured = (delivered - burst) / elapsed
+    print(f"rate limit {rate}/s: delivered {delivered} in {elapsed:.2f}s = {measured:.1f}/s, {limited} x 429")
+    assert limited > 0
+    assert abs(measured - rate) <= 0.10 * rate, (delivered, elapsed, measured)
+    # The limit is the consumer's setting: lifting it lets the same consumers run free at once.
+    api.http.patch(api.url(f"/admin/consumers/{g}"), json={"rateLimit": None}).raise_for_status()
+    delivered, elapsed, limited = _drain_rate_limited([n.url for n in cluster], g, topic, 1.0)
+    assert limited == 0 and delivered / elapsed > 2 * rate
+
+
+@pytest.mark.timeout(60)
+def test_auth_registry_and_rate_limit_cost_no_extra_redis_round_trip(
+        sec: Secure, make_topic: Callable[..., str], redis_url: str) -> None:
+    topic, g = make_topic(1), unique("g")
+    sec.admin("PUT", f"/admin/consumers/{g}", json={
+        "topics": [topic], "start": "earliest", "rateLimit": {"messagesPerSecond": 10_000}})
+    key = sec.key("svc", consumers=[g])
+    prod = unique("p")
+    sec.admin("PUT", f"/admin/producers/{prod}", json={"topics": [topic]})
+    pkey = sec.key("prod", producers=[prod])
+    for i in range(5):
+        sec.call("POST", "/produce", pkey, json={"topic": topic, "value": f"v{i}"})
+    params = {"consumer": g, "topic": topic, "max": 1, "wait_ms": 3000}
+    warm = sec.call("GET", "/message", key, params=params).json()  # watermarks now cached
+    sec.call("POST", "/ack", key, json={"requestId": warm["requestId"]})
+    time.sleep(0.3)
+    with Monitor(redis_url) as mon:
+        before = len(mon.lines)
+        body = sec.call("GET", "/message", key, params={**params, "wait_ms": 0}).json()
+        assert body["status"] == "ok"
+        r = sec.call("POST", "/ack", key, json={"requestId": body["requestId"]})
+        assert r.json()["result"] == "committed"
+        time.sleep(0.2)
+        lines = [ln for ln in mon.lines[before:] if f"{{{g}}}" in ln]
+    assert mon.count("choose") == 1 and mon.count("ack") == 1, lines
+    assert len(lines) == 2, lines  # nothing else touched the consumer's keys
