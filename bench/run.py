@@ -104,6 +104,22 @@ class Stack:
 
 #: API key sent by every harness call (set in --secure runs).
 AUTH: dict[str, str] = {}
+#: The run's Redis, for counting the commands a phase costs.
+REDIS_URL = ""
+
+
+def redis_calls() -> dict[str, int]:
+    """Commands Redis has processed so far: in total, and script calls (EVALSHA/EVAL)."""
+    import redis
+
+    r = redis.Redis.from_url(REDIS_URL)
+    try:
+        stats = r.info("commandstats")
+        total = int(r.info("stats")["total_commands_processed"])
+    finally:
+        r.close()
+    scripts = sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+    return {"commands": total, "scripts": scripts}
 
 
 def http_json(port: int, method: str, path: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any]:
@@ -166,12 +182,14 @@ def run_phase(stack: Stack, name: str, spec: dict[str, Any], named: dict[str, in
             line = line.strip()
             if line == "start":
                 snap0, t0 = procstat.snapshot(named), time.monotonic()
+                calls0 = redis_calls()
                 conns = procstat.connections_per_pid(port, workers)
                 if profile_dir is not None:
                     others = [p for k, p in named.items() if k in ("redis", "broker")]
                     start_profilers(stack, name, workers, others, spec["duration"], profile_dir)
             elif line == "end":
                 snap1, t1 = procstat.snapshot(named), time.monotonic()
+                calls1 = redis_calls()
             elif line.startswith("{"):
                 result = json.loads(line)
         proc.wait()
@@ -189,6 +207,13 @@ def run_phase(stack: Stack, name: str, spec: dict[str, Any], named: dict[str, in
     if profile_dir is not None:
         perf_summary(profile_dir / f"{name}.perf.data", profile_dir / f"{name}.perf.txt")
     result["cpu_pct"] = procstat.usage(snap0, snap1, t1 - t0)
+    # Redis work per HTTP request over the window: script calls (EVALSHA: one round trip each) and
+    # all commands, including those a script runs inside Redis (the two INFO calls excluded).
+    requests = (result.get("fetches", 0) + result.get("acks", 0) if spec["kind"] == "consume"
+                else result.get("requests", 0)) or 1
+    result["redis_per_request"] = {
+        "commands": round((calls1["commands"] - calls0["commands"] - 2) / requests, 3),
+        "scripts": round((calls1["scripts"] - calls0["scripts"]) / requests, 3)}
     result["connections_per_worker"] = {str(k): v for k, v in conns.items()}
     result["spec"] = spec
     return result
@@ -362,6 +387,9 @@ def report(res: dict[str, Any]) -> str:
                       f" failed={r.get('failed_records', 0)} count_mismatch={r.get('count_mismatch', 0)}")
         if not r.get("placement", {}).get("balanced", True):
             extra += "  (connections not balanced)"
+        rpr = r.get("redis_per_request")
+        if rpr:
+            extra += f"  redis/req: {rpr['scripts']:.2f} script calls, {rpr['commands']:.2f} cmds incl. in-script"
         lines.append(f"  {name:6} workers {'+'.join(workers):9} redis {c['redis']:3.0f}  broker {c['broker']:3.0f}"
                      f"  loadgen {c['loadgen']:3.0f}  others {c['others_pct_of_one_core']:3.0f}"
                      f"  machine busy {c['machine_busy_pct_of_all_cores']:3.0f}%  conns/worker {conns}{extra}")
@@ -427,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     try:
         redis = stack.add(devstack.start_redis())
+        global REDIS_URL
+        REDIS_URL = redis.extra["url"]
         broker = stack.add(devstack.start_broker())
         bs = broker.extra["bootstrap"]
         for t in (BACKLOG_TOPIC, *(f"{PRODUCE_TOPIC}-{p}" for p in phases if p.startswith("p"))):

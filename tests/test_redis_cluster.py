@@ -40,6 +40,17 @@ def test_produce_fetch_ack_on_redis_cluster(redis_cluster, bootstrap: str, make_
             assert seen[0] == seen[1] == sorted(f"v{i}" for i in range(30)), g
             view = api.http.get(api.url(f"/consumers/{g}/queues")).json()["queues"]
             assert sum(q["committedOffset"] for q in view) == 30
+        # The registry and key checks work there too: a registered consumer with a key, auth off
+        # here, so only the registry paths and unregister with offset deletion (SCAN per master).
+        g = groups[0]
+        r = api.http.put(api.url(f"/admin/consumers/{g}"), json={"topics": [topic], "mode": "cluster"})
+        assert r.status_code == 201, r.text
+        assert api.message(consumer=g, topic=topic, clientId="c1").status_code == 400
+        listed = {c["consumer"] for c in api.http.get(api.url("/admin/consumers")).json()["consumers"]}
+        assert set(groups) <= listed
+        out = api.http.delete(api.url(f"/admin/consumers/{g}"), params={"deleteOffsets": "true"}).json()
+        assert out["unregistered"] is True and out["keysDeleted"] == 3  # q, q:c1, clients
+        assert api.http.get(api.url(f"/consumers/{g}/queues")).json()["queues"] == []
     finally:
         for n in nodes:
             n.stop()

@@ -206,5 +206,5 @@ def test_auth_registry_and_rate_limit_cost_no_extra_redis_round_trip(
         assert r.json()["result"] == "committed"
         time.sleep(0.2)
         lines = [ln for ln in mon.lines[before:] if f"{{{g}}}" in ln]
-    assert mon.count("choose") == 1 and mon.count("ack") == 1, lines
+    assert mon.count("choose", f"{{{g}}}") == 1 and mon.count("ack", f"{{{g}}}") == 1, lines
     assert len(lines) == 2, lines  # nothing else touched the consumer's keys
