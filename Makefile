@@ -18,6 +18,12 @@ system:
 	  echo "installing redis-server (Debian package)"; \
 	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq redis-server >/dev/null; \
 	  (systemctl disable --now redis-server || service redis-server stop) >/dev/null 2>&1 || true; }
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "installing a Java runtime (Debian package; the PySpark report job needs it)"; \
+	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq openjdk-17-jre-headless >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (Debian package; tests render the lag report with it)"; \
+	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq chromium >/dev/null; }
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)

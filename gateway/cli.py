@@ -90,6 +90,11 @@ def dev(args: argparse.Namespace) -> int:
             print(f"started broker (Tansu)    {b.extra['bootstrap']}")
             devstack.create_topic(b.extra["bootstrap"], "demo", 6)
             print("created topic            demo (6 partitions)")
+        snap_dir = env.get("MQGW_SNAPSHOT_DIR") or "snapshots"
+        snap = subprocess.Popen([sys.executable, "-m", "gateway", "snapshot", "--every", "60s",
+                                 "--out", snap_dir], env=env, start_new_session=True)
+        started.append(devstack.Service("snapshot", 0, snap))
+        print(f"started snapshots         every 60 s into {snap_dir}/")
         gw = subprocess.Popen(_serve_cmd(args.host, args.port, args.workers), env=env,
                               start_new_session=True)
         started.append(devstack.Service("gateway", args.port, gw))
@@ -131,6 +136,12 @@ def _patch_json(url: str, body: dict) -> None:
             time.sleep(0.1)
 
 
+def _snapshot(args: argparse.Namespace) -> int:
+    from . import snapshot  # imports pyarrow: only for this command
+
+    return snapshot.run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="mqgw", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -141,6 +152,19 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--workers", type=int, default=int(os.environ.get("MQGW_WORKERS", "2")))
         p.set_defaults(fn=fn)
     admin_cli.add_commands(sub)
+    p = sub.add_parser("snapshot", help="sample every consumer's queue state into Parquet files")
+    p.add_argument("--every", default="60s", help="interval: 60s, 2m, 500ms or seconds (default 60s)")
+    p.add_argument("--out", default=os.environ.get("MQGW_SNAPSHOT_DIR") or "snapshots",
+                   help="output directory (default $MQGW_SNAPSHOT_DIR or ./snapshots)")
+    p.add_argument("--once", action="store_true", help="take one sample, print a JSON summary, exit")
+    p.add_argument("--redis-url", help="default: the gateway's redis_url setting")
+    p.add_argument("-v", "--verbose", action="store_true", help="a line on stderr per sample")
+    p.set_defaults(fn=_snapshot)
+    from .reports import job as report_job  # imports pyspark only when the command runs
+
+    p = sub.add_parser("report", help="lag/backlog report from snapshots, with Spark")
+    report_job.add_arguments(p)
+    p.set_defaults(fn=report_job.run)
     args = ap.parse_args(argv)
     return int(args.fn(args))
 

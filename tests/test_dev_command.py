@@ -28,6 +28,7 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
     port = devstack.free_port()
     env = {k: v for k, v in os.environ.items()
            if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP", "MQGW_REDIS_URL", "MQGW_KAFKA_BOOTSTRAP")}
+    env["MQGW_SNAPSHOT_DIR"] = str(tmp_path / "snapshots")
     log = tmp_path / "dev.log"
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "dev", "--port", str(port), "--workers", "1"],
                             cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
@@ -50,10 +51,17 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
                                                    "wait_ms": 5000}, timeout=10).json()
         assert [m["value"] for m in got["messages"]] == ["hi"]
         assert httpx.get(base + "/openapi.yaml").text.startswith("openapi:")
+        snaps = tmp_path / "snapshots"
+        deadline = time.monotonic() + 20  # `dev` runs `mqgw snapshot`, which samples at once
+        while not list(snaps.glob("date=*/hour=*/snap-*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert list(snaps.glob("date=*/hour=*/snap-*.parquet")), "no snapshot written"
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
         assert proc.wait(30) == 0
         for p in (port, redis_port, broker_port):
             assert not listening(p), f"port {p} still open after Ctrl-C"
+        left = subprocess.run(["pgrep", "-f", str(snaps)], capture_output=True, text=True).stdout
+        assert not left.strip(), f"snapshot process still running: {left}"
     finally:
         if proc.poll() is None:  # a failed assertion: still let `dev` stop what it started
             os.killpg(proc.pid, signal.SIGINT)

@@ -1,0 +1,9 @@
+"""Lag and backlog reports over the Parquet samples that ``mqgw snapshot`` writes.
+
+- :mod:`gateway.reports.job`: the ``mqgw report`` command (also a ``spark-submit`` script).
+- :mod:`gateway.reports.metrics`: the Spark computations (built-in SQL and window functions only).
+- :mod:`gateway.reports.charts`, :mod:`gateway.reports.render`: PNG charts and the HTML page.
+- :mod:`gateway.reports.synth`: the input schema and synthetic snapshot writers (tests, bench).
+
+Needs the ``reports`` extra (pyspark, pyarrow, pandas, matplotlib) and Java 17+.
+"""

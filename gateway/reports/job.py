@@ -1,0 +1,397 @@
+"""``mqgw report``: lag, rates, stuck and idle queues from ``mqgw snapshot`` Parquet files, with Spark.
+
+Runs locally::
+
+    mqgw report --snapshots DIR --out REPORT [--since ISO8601] [--until ISO8601] [--top 10]
+                [--stuck-after 10m] [--idle-after 1h] [--master local[*]]
+
+and unchanged on a cluster (the package must be installed in the driver's Python)::
+
+    PYSPARK_PYTHON=.venv/bin/python spark-submit --master spark://host:7077 \\
+        gateway/reports/job.py --snapshots DIR --out REPORT ...
+
+The window is [--since, --until) (UTC when no offset is given). DIR must be readable by every
+executor (a shared filesystem, HDFS, S3); the results are small (one row per queue at most) and
+are collected to the driver, which writes REPORT/ on its own filesystem:
+``{queues,consumers,topics,stuck,idle,top}.{parquet,csv}``, ``report.html`` (self-contained),
+``charts/*.png`` and ``summary.json``. Definitions: :mod:`gateway.reports.metrics`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__" and not __package__:  # run as a file: spark-submit .../job.py
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    # This directory would shadow top-level modules; import the package by its full name.
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    try:
+        import gateway.reports  # noqa: F401
+    except ImportError:  # a checkout that is not installed
+        sys.path.insert(0, os.path.dirname(os.path.dirname(_HERE)))
+
+import argparse  # noqa: E402
+import datetime as dt  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import re  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+TABLES = ("queues", "consumers", "topics", "stuck", "idle", "top")
+LINE_POINTS = 300  # at most this many points per line in the time charts
+HEAT_COLUMNS = 120  # at most this many time buckets in the heat map
+HEAT_ROWS = 30  # queues in the heat map
+TOPIC_ROWS = 15  # topics in the production/consumption chart
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """``10m``, ``1h30m``, ``90s``, ``2d``, ``500ms`` or plain seconds -> seconds (> 0)."""
+    t = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d*)?", t):
+        v = float(t)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d*)?)\s*(ms|s|m|h|d|w)", t)
+        if not parts or re.sub(r"(\d+(?:\.\d*)?)\s*(ms|s|m|h|d|w)", "", t).strip():
+            raise ValueError(f"invalid duration {text!r}: use e.g. 90s, 10m, 1h30m, 2d")
+        v = sum(float(n) * _UNITS[u] for n, u in parts)
+    if v <= 0:
+        raise ValueError(f"duration must be > 0: {text!r}")
+    return v
+
+
+def parse_time(text: str) -> int:
+    """ISO 8601 (``2024-05-01``, ``2024-05-01T12:00``, ``...Z``, ``...+02:00``) -> epoch ms; no
+    offset means UTC."""
+    try:
+        t = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"invalid time {text!r}: use ISO 8601, e.g. 2024-05-01T12:00:00Z") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return round(t.timestamp() * 1000)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--snapshots", required=True, metavar="DIR",
+                   help="directory written by `mqgw snapshot` (date=/hour= partitions)")
+    p.add_argument("--out", required=True, metavar="REPORT", help="output directory")
+    p.add_argument("--since", metavar="ISO8601", help="window start (inclusive, UTC by default)")
+    p.add_argument("--until", metavar="ISO8601", help="window end (exclusive)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="consumers in the ranking (10)")
+    p.add_argument("--stuck-after", default="10m", metavar="DURATION",
+                   help="backlog without progress for longer than this is stuck (10m)")
+    p.add_argument("--idle-after", default="1h", metavar="DURATION",
+                   help="no access for longer than this before the window's end is idle (1h)")
+    p.add_argument("--master", default=None,
+                   help="Spark master (default local[*]; under spark-submit, spark-submit's)")
+    p.add_argument("--driver-memory", default="4g",
+                   help="driver JVM heap when this command starts Spark itself (4g)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Spark setting (repeatable)")
+    p.add_argument("--log-level", default="WARN", help="Spark log level (WARN)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        opts = _options(args)
+    except ValueError as e:
+        print(f"mqgw report: {e}", file=sys.stderr)
+        return 2
+    try:
+        from pyspark.sql import SparkSession  # noqa: F401
+    except ImportError:
+        print("mqgw report: pyspark is missing; install the extra: pip install 'mq-gateway[reports]'",
+              file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    spark = _session(args)
+    try:
+        result = compute(spark, opts)
+        if result is None:
+            print(f"mqgw report: no samples in {opts['snapshots']} within the window",
+                  file=sys.stderr)
+            return 2
+        result["summary"]["spark"] = {"version": spark.version,
+                                      "master": spark.sparkContext.master,
+                                      "app_id": spark.sparkContext.applicationId}
+    finally:
+        spark.stop()
+    result["summary"]["elapsed_s"] = round(time.perf_counter() - t0, 3)
+    write(Path(opts["out"]), result)
+    s = result["summary"]
+    print(f"mqgw report: {s['counts']['rows']:,} rows, {s['counts']['queues']:,} queues, "
+          f"{s['counts']['stuck']} stuck, {s['counts']['idle']} idle -> "
+          f"{Path(opts['out']) / 'report.html'} ({s['elapsed_s']:.1f} s)")
+    return 0
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    if args.top < 1:
+        raise ValueError("--top must be at least 1")
+    snapshots = args.snapshots
+    if "://" not in snapshots:
+        if not os.path.isdir(snapshots):
+            raise ValueError(f"--snapshots {snapshots!r} is not a directory")
+        snapshots = os.path.abspath(snapshots)
+    since = parse_time(args.since) if args.since else None
+    until = parse_time(args.until) if args.until else None
+    if since is not None and until is not None and until <= since:
+        raise ValueError("--until must be after --since")
+    return {"snapshots": snapshots, "out": args.out, "since_ms": since, "until_ms": until,
+            "top": args.top, "stuck_after_ms": round(parse_duration(args.stuck_after) * 1000),
+            "idle_after_ms": round(parse_duration(args.idle_after) * 1000)}
+
+
+def _session(args: argparse.Namespace):
+    from pyspark.sql import SparkSession
+
+    from gateway.reports import metrics as M
+
+    b = SparkSession.builder.appName("mqgw-report")
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM already
+    if args.master:
+        b = b.master(args.master)
+    elif not submitted:
+        b = b.master("local[*]")
+    if not submitted:
+        b = b.config("spark.driver.memory", args.driver_memory)
+    for k, v in M.SPARK_CONF.items():
+        b = b.config(k, v)
+    for kv in args.conf:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise SystemExit(f"mqgw report: --conf wants KEY=VALUE, not {kv!r}")
+        b = b.config(k.strip(), v.strip())
+    spark = b.getOrCreate()
+    sc = spark.sparkContext
+    sc.setLogLevel(args.log_level)
+    if sc.master.startswith("local") and not sc.getConf().contains("spark.sql.shuffle.partitions"):
+        # Spark's 200 shuffle partitions cost ~20 ms each per stage on a few local cores and
+        # dominate the many small aggregations here (1M rows: 78 s -> 26 s). A cluster keeps
+        # the default (adaptive execution coalesces them) or takes --conf.
+        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, 2 * sc.defaultParallelism)))
+    return spark
+
+
+def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
+    """Run the Spark part; returns the tables (pyarrow), the chart series and the summary."""
+    from pyspark.sql import functions as F
+
+    from gateway.reports import metrics as M
+
+    clock = _Clock()
+    rows = M.read_samples(spark, o["snapshots"], o["since_ms"], o["until_ms"])
+    queues = M.queue_stats(rows, o["stuck_after_ms"]).persist()
+    b = M.window_bounds(queues)
+    clock("window")
+    if not b.get("rows"):
+        queues.unpersist()
+        return None
+    first_ms, end_ms = b["first_ms"], b["last_ms"]
+    consumers = M.consumer_stats(queues, end_ms, o["idle_after_ms"]).persist()
+    by_lag = [F.desc("lag")]
+    dfs = {
+        "queues": queues.drop("first_ms", "last_ms").orderBy(*M.queue_order()),
+        "consumers": consumers.orderBy(*by_lag, *M.WHO),
+        "topics": M.topic_stats(queues).orderBy(*by_lag, "broker", "topic"),
+        "stuck": M.stuck_stats(queues).orderBy(F.desc("stalled_s"), *by_lag, *M.queue_order()),
+        "idle": M.idle_stats(queues, consumers, end_ms, o["idle_after_ms"]).orderBy(
+            F.col("idle_s").desc_nulls_first(), "kind", *M.WHO),
+        "top": consumers.where(F.col("lag") > 0).orderBy(*by_lag, *M.WHO).limit(o["top"]),
+    }
+    tables = {}
+    for name, df in dfs.items():
+        tables[name] = df.toArrow()
+        clock(f"table_{name}")
+    tables["top"] = _with_rank(tables["top"])
+    readers = M.subscription_stats(queues).toArrow().to_pylist()
+    clock("readers")
+
+    span = end_ms - first_ms
+    line_ms = max(1, math.ceil(span / LINE_POINTS))
+    # The three time series read the samples again: cache just the columns they need once
+    # (with thousands of small files, each scan costs far more than this cache).
+    lean = rows.select(*M.KEY, "t_ms", "lag").persist()
+    total = M.total_lag_series(lean, first_ms, line_ms).toArrow().to_pylist()
+    clock("series_total")
+    gaps = [b2["t_ms"] - a["t_ms"] for a, b2 in zip(total, total[1:])]
+    interval = statistics.median(gaps) if gaps else 1
+    heat_ms = max(math.ceil(span / HEAT_COLUMNS), int(interval), 1)
+    top_series = M.consumer_lag_series(lean, dfs["top"], first_ms, line_ms).toArrow().to_pylist() \
+        if tables["top"].num_rows else []
+    clock("series_top")
+    heat_keys = queues.where(F.col("lag") > 0).orderBy(*by_lag, *M.queue_order()).limit(HEAT_ROWS)
+    heat_rows = heat_keys.select(*M.KEY, "lag").toArrow().to_pylist()
+    heat = M.queue_lag_series(lean, heat_keys, first_ms, heat_ms).toArrow().to_pylist() \
+        if heat_rows else []
+    clock("series_heat")
+    for df in (lean, consumers, queues):
+        df.unpersist()
+
+    q = tables["queues"]
+    counts = {
+        "rows": int(b["rows"]), "queues": q.num_rows,
+        "samples": sum(r["samples"] for r in total),  # distinct sample times
+        "consumers": tables["consumers"].num_rows,
+        "topics": tables["topics"].num_rows,
+        "stuck": tables["stuck"].num_rows, "idle": tables["idle"].num_rows,
+        "never": sum(1 for s in q.column("drain_status").to_pylist() if s == "never"),
+    }
+    topics = tables["topics"]
+    totals = {
+        "lag": _sum(topics, "lag"), "lag_slope": _sum(topics, "lag_slope"),
+        "production_rate": _sum(topics, "production_rate"),
+        "consumption_rate": _sum(topics, "consumption_rate"),
+    }
+    summary = {
+        "generated_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "snapshots": o["snapshots"],
+        "window": {
+            "since": _iso(o["since_ms"]), "until": _iso(o["until_ms"]),
+            "first_sample": _iso(first_ms), "last_sample": _iso(end_ms), "span_s": span / 1000,
+        },
+        "thresholds": {"stuck_after_s": o["stuck_after_ms"] / 1000,
+                       "idle_after_s": o["idle_after_ms"] / 1000, "top": o["top"]},
+        "counts": counts,
+        "totals": totals,
+        "buckets": {"line_s": line_ms / 1000, "heat_s": heat_ms / 1000,
+                    "sample_interval_s": interval / 1000},
+        "heatmap": {"rows": len(heat_rows)},
+        "timings_s": clock.laps,
+        "top": _jsonable(tables["top"].to_pylist()),
+        "stuck": _jsonable(tables["stuck"].to_pylist()[:100]),
+        "idle": _jsonable(tables["idle"].to_pylist()[:100]),
+    }
+    return {"tables": tables, "summary": summary, "readers": readers, "total": total,
+            "top_series": top_series, "heat": heat, "heat_rows": heat_rows,
+            "first_ms": first_ms, "heat_ms": heat_ms, "span_ms": span}
+
+
+class _Clock:
+    """Seconds spent per step (each step ends with the Spark action that runs it)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._t, 3)
+        self._t = now
+
+
+def _with_rank(t):
+    import pyarrow as pa
+
+    return t.add_column(0, "rank", pa.array(range(1, t.num_rows + 1), pa.int32()))
+
+
+def _sum(t, col: str):
+    vals = [v for v in t.column(col).to_pylist() if v is not None]
+    return sum(vals) if vals else None
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _jsonable(rows: list[dict]) -> list[dict]:
+    out = []
+    for r in rows:
+        out.append({k: (v.isoformat().replace("+00:00", "Z") if isinstance(v, dt.datetime) else v)
+                    for k, v in r.items()})
+    return out
+
+
+def _label(r: dict) -> str:
+    return r["consumer"] + (f" / {r['client_id']}" if r["client_id"] else "")
+
+
+def _charts(result: dict[str, Any]) -> dict[str, bytes | None]:
+    from gateway.reports import charts as C
+
+    t = result["tables"]
+    out: dict[str, bytes | None] = {}
+    total = result["total"]
+    out["total_lag"] = C.total_lag([r["t_ms"] for r in total], [r["lag"] for r in total],
+                                   [r["queues_behind"] for r in total]) if total else None
+    series: dict[str, tuple[list[int], list[float]]] = {}
+    for r in t["top"].to_pylist():
+        series[_label(r)] = ([], [])
+    for r in result["top_series"]:
+        xs, ys = series[_label(r)]
+        xs.append(r["t_ms"])
+        ys.append(r["lag"])
+    out["top_lag"] = C.top_lag(series) if series else None
+    topics = t["topics"].to_pylist()[:TOPIC_ROWS]
+    readers: dict[tuple[str, str], list[dict]] = {}
+    for r in result["readers"]:
+        readers.setdefault((r["broker"], r["topic"]), []).append(r)
+    out["topics"] = C.topic_rates(topics, readers) if topics else None
+    if result["heat_rows"]:
+        first, step = result["first_ms"], result["heat_ms"]
+        cols = result["span_ms"] // step + 1
+        points: dict[tuple, list[tuple[int, float]]] = {}
+        for r in result["heat"]:
+            points.setdefault(tuple(r[k] for k in ("consumer", "client_id", "broker", "topic",
+                                                   "queue")), []).append((r["t_ms"], r["lag"]))
+        labels, grid = [], []
+        for r in result["heat_rows"]:
+            k = (r["consumer"], r["client_id"], r["broker"], r["topic"], r["queue"])
+            labels.append(f"{_label(r)} · {r['topic']}[{r['queue']}]")
+            grid.append(C.bucket_grid(points.get(k, []), first, step, cols))
+        out["heatmap"] = C.lag_heatmap(labels, first, step, grid)
+    else:
+        out["heatmap"] = None
+    return out
+
+
+def write(out: Path, result: dict[str, Any]) -> None:
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from gateway.reports import render
+
+    t0 = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    for name, t in result["tables"].items():
+        _atomic(out / f"{name}.parquet", lambda p, t=t: pq.write_table(t, p))
+        _atomic(out / f"{name}.csv", lambda p, t=t: pacsv.write_csv(t, p))
+    charts = _charts(result)
+    (out / "charts").mkdir(exist_ok=True)
+    for name, png in charts.items():
+        if png:
+            _atomic(out / "charts" / f"{name}.png", lambda p, png=png: Path(p).write_bytes(png))
+    result["summary"].setdefault("timings_s", {})["tables_and_charts"] = \
+        round(time.perf_counter() - t0, 3)
+    tables = {k: result["tables"][k].to_pylist() for k in ("stuck", "top", "topics", "idle")}
+    page = render.page(result["summary"], tables, charts)
+    _atomic(out / "report.html", lambda p: Path(p).write_text(page, encoding="utf-8"))
+    _atomic(out / "summary.json",
+            lambda p: Path(p).write_text(json.dumps(result["summary"], indent=2, default=str)
+                                         + "\n", encoding="utf-8"))
+
+
+def _atomic(path: Path, write_fn) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write_fn(str(tmp))
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="mqgw report", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(ap)
+    return run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,318 @@
+"""The report's Spark computations. Built-in Spark SQL and window functions only (no Python UDFs),
+so the heavy part runs in the JVM on any cluster; Python only drives it.
+
+Definitions (a *queue* is one (consumer, client_id, broker, topic, queue) series of samples, its
+*span* the time from its first to its last sample inside the window):
+
+- ``lag`` of a sample = max(max_offset - committed_offset, 0). The *current* lag is that of the
+  queue's last sample.
+- ``lag_slope`` (messages/s): the least-squares slope of lag against time (``regr_slope``); null
+  with fewer than two samples.
+- ``consumption_rate`` (messages/s): the sum of the *positive* increments of committed_offset
+  between consecutive samples, divided by the span. An offset reset that moves the committed
+  offset back contributes 0 for that interval (no negative rate), and the messages read again
+  afterwards count as consumed (they were delivered again). A reset *forward* cannot be told apart
+  from fast consumption and is counted.
+- ``production_rate`` (messages/s): the same sum over max_offset (which never decreases, so it is
+  last - first) divided by the span.
+- Both rates are null when the span is 0 (a single sample).
+- ``drain_s`` = lag / (consumption_rate - production_rate) seconds; ``drain_status`` is
+  ``drained`` (lag 0, drain_s 0), ``draining`` (consumption faster), ``never`` (lag > 0 and
+  production >= consumption; drain_s null) or ``unknown`` (lag > 0, one sample).
+- ``stalled_s``: how long, up to the queue's last sample, the queue has had a backlog that its
+  consumer did not reduce: the time from the first sample of the final run of samples that all
+  have lag > 0 and the same committed offset as the last sample, to the last sample. It is
+  measured between samples, so it errs short by less than one interval. 0 when the current lag
+  is 0.
+- ``stuck_backlog`` = stalled_s > --stuck-after; ``stuck_lock`` = the last sample's lock_age_ms >
+  lock_timeout_ms (a lock held past the consume timeout); ``stuck`` = either.
+- Idle: a consumer or clientId whose latest ``last_access_ms`` (over all its queues and samples)
+  is more than --idle-after before the end of the window (the last sample in it), or null.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+KEY = ["consumer", "client_id", "broker", "topic", "queue"]
+WHO = ["consumer", "client_id"]
+
+INPUT_SCHEMA = T.StructType([
+    T.StructField("ts", T.TimestampType()),
+    T.StructField("consumer", T.StringType()),
+    T.StructField("client_id", T.StringType()),
+    T.StructField("mode", T.StringType()),
+    T.StructField("broker", T.StringType()),
+    T.StructField("topic", T.StringType()),
+    T.StructField("queue", T.StringType()),
+    T.StructField("max_offset", T.LongType()),
+    T.StructField("committed_offset", T.LongType()),
+    T.StructField("low_watermark", T.LongType()),
+    T.StructField("high_watermark", T.LongType()),
+    T.StructField("lock_age_ms", T.LongType()),
+    T.StructField("lock_timeout_ms", T.LongType()),
+    T.StructField("last_access_ms", T.LongType()),
+    T.StructField("paused", T.BooleanType()),
+    T.StructField("registered", T.BooleanType()),
+    T.StructField("rate_limit", T.DoubleType()),
+    T.StructField("rate_tokens", T.DoubleType()),
+])
+
+#: Spark settings the computations rely on (session time zone for timestamps, partition values
+#: read as strings so ``date`` pruning compares 'YYYY-MM-DD' text).
+SPARK_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+_DAY = dt.timedelta(days=1)
+
+
+def _utc(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+
+
+def read_samples(spark: SparkSession, path: str, since_ms: int | None = None,
+                 until_ms: int | None = None) -> DataFrame:
+    """The samples in [since, until) with ``t_ms`` (epoch ms) and ``lag`` added.
+
+    The ``date=`` directories are pruned to the window (with a day's slack on either side, in
+    case a writer partitioned by local time); the exact cut is on ``ts``."""
+    df = spark.read.schema(INPUT_SCHEMA).option("basePath", path).parquet(path)
+    partitioned = "date" in df.columns
+    if since_ms is not None:
+        if partitioned:
+            df = df.where(F.col("date") >= (_utc(since_ms) - _DAY).strftime("%Y-%m-%d"))
+        df = df.where(F.col("ts") >= F.lit(_utc(since_ms)))
+    if until_ms is not None:
+        if partitioned:
+            df = df.where(F.col("date") <= (_utc(until_ms) + _DAY).strftime("%Y-%m-%d"))
+        df = df.where(F.col("ts") < F.lit(_utc(until_ms)))
+    cols = [f.name for f in INPUT_SCHEMA.fields]
+    return df.select(
+        *cols,
+        F.unix_millis("ts").alias("t_ms"),
+        F.greatest(F.col("max_offset") - F.col("committed_offset"), F.lit(0)).alias("lag"),
+    ).where(F.col("ts").isNotNull())
+
+
+def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
+    """One row per queue: current state, rates, slope, time to drain, stalls and locks."""
+    w = Window.partitionBy(*KEY).orderBy("t_ms")
+    whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    x = rows.select(
+        "*",
+        (F.col("committed_offset") - F.lag("committed_offset").over(w)).alias("d_commit"),
+        (F.col("max_offset") - F.lag("max_offset").over(w)).alias("d_max"),
+        F.lead("t_ms").over(w).alias("next_ms"),
+        F.last("committed_offset").over(whole).alias("final_committed"),
+        F.first("t_ms").over(whole).alias("t0_ms"),
+    )
+    # A sample that ends a "backlog, no progress" run: no backlog, or another committed offset
+    # than the last sample's. The run that counts starts right after the last such sample.
+    breaks = ~((F.col("lag") > 0) & (F.col("committed_offset") == F.col("final_committed")))
+    latest = F.max_by(F.struct(
+        "mode", "max_offset", "committed_offset", "lag", "low_watermark", "high_watermark",
+        "lock_age_ms", "lock_timeout_ms", "paused", "registered", "rate_limit", "rate_tokens",
+    ), "t_ms")
+    g = x.groupBy(*KEY).agg(
+        F.min("t_ms").alias("first_ms"),
+        F.max("t_ms").alias("last_ms"),
+        F.count(F.lit(1)).alias("samples"),
+        latest.alias("l"),
+        F.sum(F.greatest(F.col("d_commit"), F.lit(0))).alias("consumed"),
+        F.sum(F.greatest(F.col("d_max"), F.lit(0))).alias("produced"),
+        F.regr_slope(F.col("lag").cast("double"),
+                     (F.col("t_ms") - F.col("t0_ms")) / F.lit(1000.0)).alias("lag_slope"),
+        F.max(F.when(breaks, F.struct("t_ms", "next_ms"))).alias("brk"),
+        F.max("last_access_ms").alias("last_access_ms"),
+    )
+    span_ms = F.col("last_ms") - F.col("first_ms")
+    per_s = lambda c: F.when(span_ms > 0, F.col(c) * F.lit(1000.0) / span_ms)  # noqa: E731
+    g = g.select(
+        *KEY, "l.mode", "first_ms", "last_ms", "samples", (span_ms / F.lit(1000.0)).alias("span_s"),
+        "l.max_offset", "l.committed_offset", "l.lag", "l.low_watermark", "l.high_watermark",
+        F.col("lag_slope"), per_s("produced").alias("production_rate"),
+        per_s("consumed").alias("consumption_rate"), "produced", "consumed",
+        # no break at all: the whole span was a backlog without progress
+        F.when(F.col("brk").isNull(), F.col("first_ms")).otherwise(F.col("brk.next_ms"))
+        .alias("blocked_since_ms"),
+        "l.lock_age_ms", "l.lock_timeout_ms", "l.paused", "l.registered", "l.rate_limit",
+        "l.rate_tokens", "last_access_ms",
+    )
+    lag, cons, prod = F.col("lag"), F.col("consumption_rate"), F.col("production_rate")
+    stalled_ms = F.coalesce(F.col("last_ms") - F.col("blocked_since_ms"), F.lit(0))
+    stuck_lock = F.coalesce(F.col("lock_age_ms") > F.col("lock_timeout_ms"), F.lit(False))
+    return g.select(
+        *KEY, "mode",
+        F.timestamp_millis("first_ms").alias("first_ts"),
+        F.timestamp_millis("last_ms").alias("last_ts"),
+        "samples", "span_s", "max_offset", "committed_offset", "lag", "low_watermark",
+        "high_watermark", "lag_slope", "production_rate", "consumption_rate", "produced",
+        "consumed",
+        F.when(lag == 0, F.lit(0.0)).when(cons > prod, lag / (cons - prod)).alias("drain_s"),
+        F.when(lag == 0, "drained").when(cons.isNull(), "unknown").when(cons > prod, "draining")
+        .otherwise("never").alias("drain_status"),
+        (stalled_ms / F.lit(1000.0)).alias("stalled_s"),
+        (stalled_ms > F.lit(stuck_after_ms)).alias("stuck_backlog"),
+        "lock_age_ms", "lock_timeout_ms", stuck_lock.alias("stuck_lock"),
+        ((stalled_ms > F.lit(stuck_after_ms)) | stuck_lock).alias("stuck"),
+        "paused", "registered", "rate_limit", "rate_tokens", "last_access_ms",
+        "first_ms", "last_ms",
+    )
+
+
+def window_bounds(queues: DataFrame) -> dict[str, Any]:
+    r = queues.agg(F.min("first_ms").alias("first_ms"), F.max("last_ms").alias("last_ms"),
+                   F.sum("samples").alias("rows"), F.count(F.lit(1)).alias("queues")).first()
+    return r.asDict() if r is not None else {}
+
+
+def _idle(last_access: Column, end_ms: int, idle_after_ms: int) -> tuple[Column, Column]:
+    gap = F.lit(end_ms) - last_access
+    return (gap / F.lit(1000.0)).alias("idle_s"), \
+        (last_access.isNull() | (gap > F.lit(idle_after_ms))).alias("idle")
+
+
+def _drain_rollup(lag: Column) -> tuple[Column, Column]:
+    """A group of queues drains when its slowest queue does; never if any queue never does."""
+    never = F.col("n_never") > 0
+    unknown = F.col("n_unknown") > 0
+    status = (F.when(never, "never").when(unknown, "unknown").when(lag == 0, "drained")
+              .otherwise("draining"))
+    drain = F.when(never | unknown, F.lit(None).cast("double")).when(lag == 0, F.lit(0.0)) \
+        .otherwise(F.col("max_drain_s"))
+    return drain.alias("drain_s"), status.alias("drain_status")
+
+
+def _counts() -> list[Column]:
+    return [
+        F.sum(F.when(F.col("drain_status") == "never", 1).otherwise(0)).alias("n_never"),
+        F.sum(F.when(F.col("drain_status") == "unknown", 1).otherwise(0)).alias("n_unknown"),
+        F.max("drain_s").alias("max_drain_s"),
+        F.sum(F.col("stuck").cast("int")).alias("stuck_queues"),
+    ]
+
+
+def consumer_stats(queues: DataFrame, end_ms: int, idle_after_ms: int) -> DataFrame:
+    """One row per (consumer, client_id): sums over its queues, drain, idleness."""
+    g = queues.groupBy(*WHO).agg(
+        F.max("mode").alias("mode"),
+        F.count_distinct("broker", "topic").alias("topics"),
+        F.count(F.lit(1)).alias("queues"),
+        F.sum("lag").alias("lag"),
+        F.sum("lag_slope").alias("lag_slope"),
+        F.sum("production_rate").alias("production_rate"),
+        F.sum("consumption_rate").alias("consumption_rate"),
+        *_counts(),
+        F.min("first_ts").alias("first_ts"),
+        F.max("last_ts").alias("last_ts"),
+        F.max("last_access_ms").alias("last_access_ms"),
+    )
+    return g.select(
+        *WHO, "mode", "topics", "queues", "lag", "lag_slope", "production_rate",
+        "consumption_rate", *_drain_rollup(F.col("lag")), "stuck_queues", "first_ts", "last_ts",
+        "last_access_ms", *_idle(F.col("last_access_ms"), end_ms, idle_after_ms),
+    )
+
+
+def topic_stats(queues: DataFrame) -> DataFrame:
+    """One row per (broker, topic). Production is counted once per partition (the highest rate
+    any consumer saw, as each consumer only knows the end offsets it fetched); consumption, lag
+    and slope are summed over every consumer and clientId reading the topic."""
+    parts = queues.groupBy("broker", "topic", "queue").agg(
+        F.max("production_rate").alias("production_rate"))
+    prod = parts.groupBy("broker", "topic").agg(
+        F.count(F.lit(1)).alias("partitions"), F.sum("production_rate").alias("production_rate"))
+    rest = queues.groupBy("broker", "topic").agg(
+        F.count_distinct(*WHO).alias("subscriptions"),
+        F.sum("lag").alias("lag"),
+        F.sum("lag_slope").alias("lag_slope"),
+        F.sum("consumption_rate").alias("consumption_rate"),
+        F.sum(F.col("stuck").cast("int")).alias("stuck_queues"),
+    )
+    return prod.join(rest, ["broker", "topic"]).select(
+        "broker", "topic", "partitions", "subscriptions", "lag", "lag_slope", "production_rate",
+        "consumption_rate", "stuck_queues")
+
+
+def subscription_stats(queues: DataFrame) -> DataFrame:
+    """One row per (consumer, client_id, broker, topic): what each reader of a topic consumes."""
+    return queues.groupBy(*WHO, "broker", "topic").agg(
+        F.sum("lag").alias("lag"),
+        F.sum("consumption_rate").alias("consumption_rate"),
+        F.sum("production_rate").alias("production_rate"),
+    )
+
+
+def idle_stats(queues: DataFrame, consumers: DataFrame, end_ms: int,
+               idle_after_ms: int) -> DataFrame:
+    """Idle consumers (all their clientIds together) and idle broadcast clientIds."""
+    whole = queues.groupBy("consumer").agg(
+        F.max("mode").alias("mode"), F.sum("lag").alias("lag"),
+        F.max("last_access_ms").alias("last_access_ms"), F.max("last_ts").alias("last_ts"),
+    ).select(F.lit("consumer").alias("kind"), "consumer", F.lit("").alias("client_id"), "mode",
+             "lag", "last_access_ms", "last_ts",
+             *_idle(F.col("last_access_ms"), end_ms, idle_after_ms))
+    clients = consumers.where(F.col("client_id") != "").select(
+        F.lit("clientId").alias("kind"), "consumer", "client_id", "mode", "lag", "last_access_ms",
+        "last_ts", "idle_s", "idle")
+    both = whole.unionByName(clients)
+    return both.where("idle").drop("idle").select(
+        "kind", "consumer", "client_id", "mode", "lag", "last_access_ms",
+        F.timestamp_millis("last_access_ms").alias("last_access"), "idle_s", "last_ts")
+
+
+def stuck_stats(queues: DataFrame) -> DataFrame:
+    reason = F.concat_ws(
+        "+", F.when(F.col("stuck_backlog"), F.lit("no progress")),
+        F.when(F.col("stuck_lock"), F.lit("lock expired")))
+    return queues.where("stuck").select(
+        *KEY, "mode", reason.alias("reason"), "lag", "stalled_s", "committed_offset",
+        "max_offset", "lock_age_ms", "lock_timeout_ms", "paused", "consumption_rate",
+        "production_rate", "last_ts")
+
+
+# -- time series for the charts ---------------------------------------------------------------------
+
+def _bucketed(df: DataFrame, keys: list[str], start_ms: int, bucket_ms: int) -> DataFrame:
+    """Per key and time bucket: the bucket's first sample time and its highest lag."""
+    b = F.floor((F.col("t_ms") - F.lit(start_ms)) / F.lit(bucket_ms)).alias("bucket")
+    return df.groupBy(*keys, b).agg(F.min("t_ms").alias("t_ms"), F.max("lag").alias("lag"))
+
+
+def total_lag_series(rows: DataFrame, start_ms: int, bucket_ms: int) -> DataFrame:
+    per_sample = rows.groupBy("t_ms").agg(
+        F.sum("lag").alias("lag"),
+        F.sum(F.when(F.col("lag") > 0, 1).otherwise(0)).alias("queues_behind"))
+    b = F.floor((F.col("t_ms") - F.lit(start_ms)) / F.lit(bucket_ms)).alias("bucket")
+    return per_sample.groupBy(b).agg(
+        F.min("t_ms").alias("t_ms"), F.max("lag").alias("lag"),
+        F.max("queues_behind").alias("queues_behind"),
+        F.count(F.lit(1)).alias("samples")).orderBy("t_ms")
+
+
+def consumer_lag_series(rows: DataFrame, who: DataFrame, start_ms: int,
+                        bucket_ms: int) -> DataFrame:
+    """Total lag over time of the given (consumer, client_id)s (a small table, broadcast)."""
+    per_sample = rows.join(F.broadcast(who.select(*WHO)), WHO) \
+        .groupBy(*WHO, "t_ms").agg(F.sum("lag").alias("lag"))
+    return _bucketed(per_sample, WHO, start_ms, bucket_ms).orderBy(*WHO, "t_ms")
+
+
+def queue_lag_series(rows: DataFrame, keys: DataFrame, start_ms: int, bucket_ms: int) -> DataFrame:
+    """Lag over time of the given queues (a small table, broadcast)."""
+    picked = rows.join(F.broadcast(keys.select(*KEY)), KEY)
+    return _bucketed(picked, KEY, start_ms, bucket_ms).orderBy(*KEY, "t_ms")
+
+
+def queue_order() -> list[Column]:
+    """Queues sort by consumer, clientId, broker, topic, then partition number."""
+    return [F.col("consumer"), F.col("client_id"), F.col("broker"), F.col("topic"),
+            F.expr("try_cast(queue AS BIGINT)").asc_nulls_last(), F.col("queue")]

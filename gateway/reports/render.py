@@ -1,0 +1,336 @@
+"""The self-contained HTML report: inline CSS, PNG charts as base64 data URIs, no external assets.
+
+Order is what an operator needs first: headline numbers, then the stuck queues, then where the
+lag is (total, top consumers, topics, heat map), then idle consumers, then the definitions.
+(Not called ``html.py``: spark-submit puts this directory first on sys.path, where that name
+would shadow the standard library's ``html``.)
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+ROW_LIMIT = 200  # rows per table in the page; the CSV/Parquet tables have all of them
+
+
+def esc(v: Any) -> str:
+    return html.escape("" if v is None else str(v))
+
+
+def num(v: int | float | None) -> str:
+    return "—" if v is None else f"{v:,.0f}"
+
+
+def rate(v: float | None) -> str:
+    if v is None:
+        return "—"
+    a = abs(v)
+    return f"{v:,.0f}" if a >= 100 else f"{v:,.1f}" if a >= 10 else f"{v:,.2f}"
+
+
+def duration(s: float | None) -> str:
+    if s is None:
+        return "—"
+    if 0 < s < 1:
+        return f"{s * 1000:.0f}ms"
+    s = round(s)
+    for big, bu, small, su in ((86400, "d", 3600, "h"), (3600, "h", 60, "m"), (60, "m", 1, "s")):
+        if s >= big:
+            rest = s % big // small
+            return f"{s // big}{bu}" + (f" {rest:02d}{su}" if rest else "")
+    return f"{s}s"
+
+
+def when(ms: int | None) -> str:
+    if ms is None:
+        return "never"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def trend(v: float | None) -> str:
+    if v is None:
+        return '<span class="muted">—</span>'
+    if v > 0:
+        return f'<span class="bad">▲ +{rate(v)}/s</span>'
+    if v < 0:
+        return f'<span class="good">▼ {rate(v)}/s</span>'
+    return '<span class="muted">0/s</span>'
+
+
+def drain(status: str | None, s: float | None) -> str:
+    if status == "never":
+        return '<span class="pill red">never</span>'
+    if status == "drained":
+        return '<span class="pill green">no lag</span>'
+    if status == "unknown":
+        return '<span class="muted">unknown</span>'
+    return esc(duration(s))
+
+
+def who(r: Mapping[str, Any]) -> str:
+    c = f"<b>{esc(r['consumer'])}</b>"
+    return c + (f' <span class="muted">/ {esc(r["client_id"])}</span>' if r.get("client_id") else "")
+
+
+def topic(r: Mapping[str, Any]) -> str:
+    b = r.get("broker")
+    return esc(r["topic"] if b in (None, "", "kafka") else f"{b}:{r['topic']}")
+
+
+def img(png: bytes | None, alt: str) -> str:
+    if not png:
+        return '<p class="empty">No data for this chart.</p>'
+    return (f'<img alt="{esc(alt)}" src="data:image/png;base64,'
+            f'{base64.b64encode(png).decode("ascii")}">')
+
+
+def table(head: Sequence[str], rows: Sequence[Sequence[str]], total: int, file: str,
+          numeric: Sequence[int] = (), visible: int = 20) -> str:
+    """The first ``visible`` rows, the rest (of at most ROW_LIMIT) folded under a <details>."""
+    ths = "".join(f'<th class="{"num" if i in numeric else ""}">{h}</th>'
+                  for i, h in enumerate(head))
+
+    def body(rs: Sequence[Sequence[str]]) -> str:
+        trs = "".join("<tr>" + "".join(f'<td class="{"num" if i in numeric else ""}">{c}</td>'
+                                       for i, c in enumerate(r)) + "</tr>" for r in rs)
+        return f"<table><thead><tr>{ths}</tr></thead><tbody>{trs}</tbody></table>"
+
+    rows = rows[:ROW_LIMIT]
+    out = body(rows[:visible])
+    if len(rows) > visible:
+        out += (f'<details><summary>{len(rows) - visible:,} more rows</summary>'
+                f"{body(rows[visible:])}</details>")
+    if total > len(rows):
+        out += (f'<p class="muted small">The page lists {len(rows):,} of {total:,} rows; all of '
+                f"them are in <code>{esc(file)}</code>.</p>")
+    return out
+
+
+def card(label: str, value: str, sub: str = "", tone: str = "") -> str:
+    return (f'<div class="card {tone}"><div class="label">{label}</div>'
+            f'<div class="value">{value}</div><div class="sub">{sub}</div></div>')
+
+
+def _stuck_why(r: Mapping[str, Any]) -> str:
+    parts = []
+    if r.get("reason", "").find("no progress") >= 0:
+        parts.append(f'<span class="pill red">no progress {esc(duration(r["stalled_s"]))}</span>')
+    if r.get("reason", "").find("lock expired") >= 0:
+        parts.append(f'<span class="pill amber">lock held {esc(duration(r["lock_age_ms"] / 1000))}'
+                     f' &gt; timeout {esc(duration(r["lock_timeout_ms"] / 1000))}</span>')
+    if r.get("paused"):
+        parts.append('<span class="pill grey">paused</span>')
+    return " ".join(parts)
+
+
+CSS = """
+*{box-sizing:border-box}
+body{margin:0;background:#f3f4f6;color:#111827;font:14px/1.45 system-ui,-apple-system,"Segoe UI",
+Roboto,"DejaVu Sans",sans-serif}
+header{background:#111827;color:#f9fafb;padding:18px 32px}
+header h1{margin:0;font-size:22px;font-weight:650}
+header .meta{color:#d1d5db;margin-top:4px;font-size:13px}
+main{max-width:1320px;margin:0 auto;padding:20px 32px 40px}
+.cards{display:grid;grid-template-columns:repeat(6,1fr);gap:12px;margin-bottom:18px}
+.card{background:#fff;border-radius:10px;padding:12px 14px;border:1px solid #e5e7eb;
+border-top:4px solid #9ca3af}
+.card .label{color:#4b5563;font-size:12px;text-transform:uppercase;letter-spacing:.04em}
+.card .value{font-size:26px;font-weight:700;margin-top:2px;white-space:nowrap}
+.card .sub{color:#6b7280;font-size:12px;min-height:1em}
+.card.red{border-top-color:#dc2626;background:#fef2f2}.card.red .value{color:#b91c1c}
+.card.amber{border-top-color:#d97706;background:#fffbeb}.card.amber .value{color:#b45309}
+.card.green{border-top-color:#16a34a}.card.green .value{color:#15803d}
+.card.blue{border-top-color:#2563eb}
+section{background:#fff;border:1px solid #e5e7eb;border-radius:10px;padding:16px 20px;
+margin-bottom:18px}
+section h2{margin:0 0 2px;font-size:17px}
+section .hint{color:#6b7280;font-size:12.5px;margin:0 0 10px}
+section.alert{border-left:6px solid #dc2626}
+section.ok{border-left:6px solid #16a34a}
+img{max-width:100%;display:block;margin:6px 0 10px}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th{text-align:left;color:#374151;font-weight:600;border-bottom:2px solid #d1d5db;padding:6px 8px;
+background:#f9fafb;position:sticky;top:0}
+td{border-bottom:1px solid #eef0f3;padding:5px 8px;vertical-align:top}
+tr:nth-child(even) td{background:#fafafa}
+.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.muted{color:#6b7280}.small{font-size:12px}.good{color:#15803d}.bad{color:#b91c1c}
+.pill{display:inline-block;border-radius:999px;padding:0 8px;font-size:12px;font-weight:600;
+white-space:nowrap}
+.pill.red{background:#fee2e2;color:#991b1b}.pill.amber{background:#fef3c7;color:#92400e}
+.pill.green{background:#dcfce7;color:#166534}.pill.grey{background:#e5e7eb;color:#374151}
+.empty{color:#15803d;font-weight:600;margin:4px 0}
+.two{display:grid;grid-template-columns:1fr;gap:8px}
+code{background:#f3f4f6;padding:0 4px;border-radius:4px}
+dl{display:grid;grid-template-columns:220px 1fr;gap:4px 16px;margin:0;font-size:13px}
+dt{font-weight:600}dd{margin:0;color:#374151}
+details{margin-top:6px}summary{cursor:pointer;color:#1d4ed8;font-size:13px;padding:4px 0}
+footer{color:#6b7280;font-size:12px;text-align:center;padding:8px}
+"""
+
+
+def page(s: Mapping[str, Any], t: Mapping[str, list[dict]], charts: Mapping[str, bytes | None]) -> str:
+    """The report page from the summary ``s``, the tables ``t`` (lists of row dicts) and charts."""
+    w, tot, th = s["window"], s["totals"], s["thresholds"]
+    stuck, top, topics, idle = t["stuck"], t["top"], t["topics"], t["idle"]
+    n_stuck, n_idle, n_never = s["counts"]["stuck"], s["counts"]["idle"], s["counts"]["never"]
+    out = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        '<meta name="viewport" content="width=device-width,initial-scale=1">',
+        f"<title>Lag report {esc(w['first_sample'])} – {esc(w['last_sample'])}</title>",
+        f"<style>{CSS}</style></head><body>",
+        "<header><h1>mq-gateway · consumer lag report</h1>",
+        f'<div class="meta">{esc(_day(w["first_sample"]))} → {esc(_day(w["last_sample"]))} UTC '
+        f'({esc(duration(w["span_s"]))}) · {s["counts"]["samples"]:,} samples · '
+        f'{s["counts"]["rows"]:,} rows · {s["counts"]["consumers"]:,} consumers/clientIds · '
+        f'{s["counts"]["queues"]:,} queues · {s["counts"]["topics"]:,} topics · '
+        f'generated {esc(s["generated_at"])}</div></header><main>',
+        '<div class="cards">',
+        card("Stuck queues", f"{n_stuck:,}",
+             f"no progress &gt; {esc(duration(th['stuck_after_s']))} or lock expired",
+             "red" if n_stuck else "green"),
+        card("Total lag", human_int(tot["lag"]), f"messages · trend {_plain_trend(tot['lag_slope'])}",
+             "amber" if (tot["lag_slope"] or 0) > 0 else "blue"),
+        card("Never draining", f"{n_never:,}", "queues with lag, produced ≥ consumed",
+             "amber" if n_never else "green"),
+        card("Idle", f"{n_idle:,}", f"consumers/clientIds, no access in {esc(duration(th['idle_after_s']))}",
+             "amber" if n_idle else "green"),
+        card("Produced", rate(tot["production_rate"]), "messages/s, all topics", "blue"),
+        card("Consumed", rate(tot["consumption_rate"]), "messages/s, all consumers", "blue"),
+        "</div>",
+    ]
+    # 1. stuck
+    if stuck:
+        rows = [[who(r), topic(r), esc(r["queue"]), _stuck_why(r), num(r["lag"]),
+                 num(r["committed_offset"]), rate(r["consumption_rate"]), rate(r["production_rate"])]
+                for r in stuck[:ROW_LIMIT]]
+        out.append(
+            f'<section class="alert"><h2>Stuck queues ({n_stuck:,})</h2>'
+            f'<p class="hint">A backlog whose committed offset has not moved for more than '
+            f'{esc(duration(th["stuck_after_s"]))}, or a lock held past its consume timeout, in '
+            f'the last sample. Longest stall first.{_spread(stuck, n_stuck)}</p>'
+            + table(["consumer / clientId", "topic", "queue", "why", "lag", "committed",
+                     "consumed/s", "produced/s"], rows, n_stuck, "stuck.csv", (4, 5, 6, 7))
+            + "</section>")
+    else:
+        out.append('<section class="ok"><h2>Stuck queues</h2><p class="empty">None: every queue '
+                   'with a backlog made progress, and no lock outlived its timeout.</p></section>')
+    # 2. total lag over time
+    out.append('<section><h2>Total lag over time</h2><p class="hint">Sum of the lag of every '
+               f'queue at each sample{_per_bucket(s, "line_s")}, and how many queues had any '
+               'lag.</p>'
+               + img(charts.get("total_lag"), "total lag over time") + "</section>")
+    # 3. top consumers
+    rows = [[str(r["rank"]), who(r), esc(r["mode"]), num(r["lag"]), trend(r["lag_slope"]),
+             rate(r["consumption_rate"]), rate(r["production_rate"]),
+             drain(r["drain_status"], r["drain_s"]), num(r["stuck_queues"])] for r in top]
+    out.append(
+        f'<section><h2>Top {len(top) or ""} consumers by lag</h2><p class="hint">Lag summed over each '
+        "consumer's (or clientId's) queues. Trend: least-squares slope of lag over the window "
+        "(▲ growing, ▼ shrinking). Time to drain = lag ÷ (consumption − production).</p>"
+        + img(charts.get("top_lag"), "lag over time of the top consumers")
+        + (table(["#", "consumer / clientId", "mode", "lag", "trend", "consumed/s", "produced/s",
+                  "time to drain", "stuck"], rows, len(rows), "top.csv", (0, 3, 4, 5, 6, 7, 8))
+           if rows else '<p class="empty">No consumer has any lag.</p>')
+        + "</section>")
+    # 4. topics
+    rows = [[topic(r), num(r["partitions"]), num(r["subscriptions"]), num(r["lag"]),
+             trend(r["lag_slope"]), rate(r["production_rate"]), rate(r["consumption_rate"]),
+             num(r["stuck_queues"])] for r in topics[:ROW_LIMIT]]
+    out.append(
+        '<section><h2>Production vs consumption per topic</h2><p class="hint">Bars: messages '
+        "produced per second (per partition, the highest rate any consumer saw). Dots: messages "
+        "per second each consumer / clientId of the topic consumed; red when it has lag and is "
+        "slower than its partitions are produced (the one with the most lag is named). Topics "
+        "with the most lag first.</p>" + img(charts.get("topics"), "production vs consumption per topic")
+        + table(["topic", "partitions", "readers", "lag", "trend", "produced/s",
+                 "consumed/s (all readers)", "stuck"], rows, len(topics), "topics.csv",
+                (1, 2, 3, 4, 5, 6, 7))
+        + "</section>")
+    # 5. heat map
+    out.append(
+        f'<section><h2>Queues by lag over time</h2><p class="hint">The {s["heatmap"]["rows"]} '
+        "queues with the most lag now, most first; each cell is the highest lag in "
+        f'{esc(duration(s["buckets"]["heat_s"]))} (white: no lag, grey: no sample).</p>'
+        + img(charts.get("heatmap"), "heat map of queues by lag") + "</section>")
+    # 6. idle
+    if idle:
+        rows = [[esc(r["kind"]), who(r), esc(r["mode"]), esc(when(r["last_access_ms"])),
+                 esc(duration(r["idle_s"]) if r["idle_s"] is not None else "never accessed"),
+                 num(r["lag"])] for r in idle[:ROW_LIMIT]]
+        out.append(
+            f'<section><h2>Idle consumers and clientIds ({n_idle:,})</h2><p class="hint">No '
+            f'lock or commit within {esc(duration(th["idle_after_s"]))} of the last sample.</p>'
+            + table(["kind", "consumer / clientId", "mode", "last access (UTC)", "idle for", "lag"],
+                    rows, n_idle, "idle.csv", (4, 5)) + "</section>")
+    else:
+        out.append('<section class="ok"><h2>Idle consumers and clientIds</h2><p class="empty">'
+                   f'None: every consumer was active within {esc(duration(th["idle_after_s"]))}.'
+                   "</p></section>")
+    out.append(DEFINITIONS.format(stuck=esc(duration(th["stuck_after_s"])),
+                                  idle=esc(duration(th["idle_after_s"]))))
+    out.append(f'</main><footer>Tables: queues, consumers, topics, stuck, idle, top (.parquet and '
+               f'.csv) next to this file · Spark {esc(s["spark"]["version"])} on '
+               f'{esc(s["spark"]["master"])} · {s["elapsed_s"]:.1f} s</footer></body></html>')
+    return "\n".join(out)
+
+
+def _spread(rows: Sequence[Mapping[str, Any]], total: int) -> str:
+    """' 350 queues of 45 consumers/clientIds; most: a (6), b (5), c (5).' for long lists."""
+    if total <= 5:
+        return ""
+    from collections import Counter
+
+    by = Counter((r["consumer"], r["client_id"]) for r in rows)
+    most = ", ".join(f"{esc(c)}{'/' + esc(k) if k else ''} ({n})" for (c, k), n in by.most_common(3))
+    of = f"{len(by):,}" if len(rows) == total else f"{len(by):,}+"
+    return f" {total:,} queues of {of} consumers/clientIds; the most: {most}."
+
+
+def _day(iso: str) -> str:
+    """'2024-05-01T23:30:00.000Z' -> '2024-05-01 23:30:00'."""
+    return iso.replace("T", " ")[:19]
+
+
+def _per_bucket(s: Mapping[str, Any], which: str) -> str:
+    b = s["buckets"]
+    if b[which] <= b["sample_interval_s"]:
+        return ""
+    return f" (the highest per {esc(duration(b[which]))})"
+
+
+def human_int(v: int | None) -> str:
+    if v is None:
+        return "—"
+    for div, unit in ((1e9, "G"), (1e6, "M")):
+        if abs(v) >= div:
+            return f"{v / div:.2f}{unit}"
+    return f"{v:,}"
+
+
+def _plain_trend(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{'+' if v > 0 else ''}{rate(v)}/s"
+
+
+DEFINITIONS = """<section><h2>How the figures are computed</h2><dl>
+<dt>Queue</dt><dd>One (consumer, clientId, broker, topic, partition). Its span runs from its first
+to its last sample in the window, so a consumer that appears mid-window is measured over its own
+span.</dd>
+<dt>Lag</dt><dd>max offset − committed offset (at least 0), messages. Current lag = the last
+sample's.</dd>
+<dt>Trend</dt><dd>Least-squares slope of lag against time, messages/s.</dd>
+<dt>Consumption rate</dt><dd>Sum of the increases of the committed offset between consecutive
+samples ÷ span. An offset reset that moves it back counts 0 (never a negative rate).</dd>
+<dt>Production rate</dt><dd>Increase of the max offset ÷ span.</dd>
+<dt>Time to drain</dt><dd>lag ÷ (consumption − production); never when production ≥ consumption
+and lag &gt; 0. For a consumer: its slowest queue.</dd>
+<dt>Stuck</dt><dd>Lag &gt; 0 while the committed offset stayed the same for more than {stuck},
+measured up to the last sample; or the last sample's lock age exceeds the consume timeout.</dd>
+<dt>Idle</dt><dd>No lock or commit (last access) within {idle} of the window's last sample.</dd>
+</dl></section>"""
