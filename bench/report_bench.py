@@ -88,7 +88,8 @@ def _machine() -> dict:
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f
+                        if ln.startswith("model name")), cpu)
     except OSError:
         pass
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
@@ -113,7 +114,8 @@ def run_one(rows: int, a: argparse.Namespace, base: Path) -> dict:
                              interval_s=a.interval, seed=1)
         gen["seconds"] = round(time.perf_counter() - t, 2)
         marker.write_text(json.dumps(gen))  # a name starting with "_": readers skip it
-    print(f"  data: {gen['rows']:,} rows in {gen['files']:,} files, {gen['bytes'] / 2**20:.0f} MiB, "
+    print(f"  data: {gen['rows']:,} rows in {gen['files']:,} files, "
+          f"{gen['bytes'] / 2**20:.0f} MiB, "
           f"generated in {gen['seconds']:.1f} s", flush=True)
     out = base / f"report-{rows}"
     shutil.rmtree(out, ignore_errors=True)
@@ -176,7 +178,8 @@ def main() -> int:
     Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
     print(f"\n{'rows':>12} {'files':>6} {'gen s':>7} {'report s':>9} {'rows/s':>10} {'RSS MiB':>8}")
     for r in results:
-        print(f"{r['rows']:>12,} {r['files']:>6,} {r['generate_s']:>7.1f} {r['report_wall_s']:>9.1f} "
+        print(f"{r['rows']:>12,} {r['files']:>6,} {r['generate_s']:>7.1f} "
+              f"{r['report_wall_s']:>9.1f} "
               f"{r['rows_per_s']:>10,} {r['peak_rss_mib']:>8,}")
     print(f"\nwritten to {a.out}")
     return 0

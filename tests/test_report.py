@@ -152,7 +152,8 @@ QUEUES = {
                                         stalled_s=640.0, stuck_backlog=False, stuck=False),
     ("stuck", "", "orders", "2"): dict(lag=20, lag_slope=0.0, production_rate=5.0,
                                         consumption_rate=5.0, drain_status="never", stalled_s=0.0,
-                                        stuck_backlog=False, stuck_lock=True, stuck=True, lock_age_ms=90_000,
+                                        stuck_backlog=False, stuck_lock=True, stuck=True,
+                                        lock_age_ms=90_000,
                                         lock_timeout_ms=30_000),
     ("stuck", "", "orders", "3"): dict(lag=3530, consumption_rate=6720 / 2048, stalled_s=704.0,
                                         stuck_backlog=True, stuck_lock=False, stuck=True),
@@ -208,7 +209,7 @@ TOPICS = {
 }
 
 
-# -- helpers -----------------------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -257,7 +258,7 @@ def local_report(snapshots: Path, tmp_path_factory) -> Path:
     return out
 
 
-# -- the figures ---------------------------------------------------------------------------------------
+# -- the figures -----------------------------------------------------------------------------------
 
 @pytest.mark.timeout(300)
 def test_queue_figures(local_report: Path) -> None:
@@ -269,7 +270,7 @@ def test_queue_figures(local_report: Path) -> None:
     r = rows[("resetter", "", "events", "1")]
     assert r["consumption_rate"] == 9920 * 1000.0 / 2_048_000 > 0
     # every queue's time to drain follows the formula
-    for key, r in rows.items():
+    for r in rows.values():
         if r["drain_status"] == "draining":
             assert r["drain_s"] == r["lag"] / (r["consumption_rate"] - r["production_rate"])
     # the in-progress dot-file and the samples outside [since, until) were not read
@@ -334,7 +335,7 @@ def test_outputs_and_summary(local_report: Path) -> None:
     assert page.index("Stuck queues") < page.index("Top 3 consumers")
 
 
-# -- Chromium --------------------------------------------------------------------------------------------
+# -- Chromium --------------------------------------------------------------------------------------
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -360,7 +361,7 @@ def test_report_renders_in_chromium(local_report: Path, tmp_path: Path) -> None:
     assert len(colors) > 1000  # text, cards and charts: not a blank page
 
 
-# -- a real Spark standalone cluster ----------------------------------------------------------------
+# -- a real Spark standalone cluster ---------------------------------------------------------------
 
 def _spark_home() -> Path:
     import pyspark

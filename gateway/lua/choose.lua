@@ -45,16 +45,24 @@ local start = cfg[2] or ARGV[4]
 local allowance = tonumber(ARGV[9])
 if tonumber(cfg[7]) and tonumber(cfg[7]) < allowance then allowance = tonumber(cfg[7]) end
 
--- Token bucket shared by every node: refilled at `rate` messages/s up to `burst`.
-local rate, tokens = tonumber(cfg[8]), nil
+-- Token bucket shared by every node: refilled at `rate` messages/s up to `burst`. It runs on
+-- Redis' clock, not the callers': node clocks differ, and a call that waited in a queue carries
+-- an old `now`; either would refill the same interval twice. Its time never goes backwards.
+local rate, tokens, bucket_ts = tonumber(cfg[8]), nil, nil
 if rate and rate > 0 then
   local burst = tonumber(cfg[9]) or math.max(math.floor(rate), 1)
+  local clock = redis.call('TIME')
   local b = redis.call('HMGET', bucket, 'tokens', 'ts')
+  bucket_ts = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   tokens = tonumber(b[1]) or burst
-  local last = tonumber(b[2]) or now
-  if now > last then tokens = math.min(burst, tokens + (now - last) * rate / 1000) end
+  local last = tonumber(b[2]) or bucket_ts
+  if bucket_ts > last then
+    tokens = math.min(burst, tokens + (bucket_ts - last) * rate / 1000)
+  else
+    bucket_ts = last
+  end
   if tokens < 1 then
-    redis.call('HSET', bucket, 'tokens', tokens, 'ts', now)
+    redis.call('HSET', bucket, 'tokens', tokens, 'ts', bucket_ts)
     redis.call('PEXPIRE', bucket, math.ceil(burst * 1000 / rate) + 1000)
     return {4, math.ceil((1 - tokens) * 1000 / rate)}
   end
@@ -117,7 +125,7 @@ if best == nil then return {0, wake} end
 if tokens then  -- charge what this batch can at most return: no refund round trip needed
   if best_backlog < allowance then allowance = best_backlog end
   local burst = tonumber(cfg[9]) or math.max(math.floor(rate), 1)
-  redis.call('HSET', bucket, 'tokens', tokens - allowance, 'ts', now)
+  redis.call('HSET', bucket, 'tokens', tokens - allowance, 'ts', bucket_ts)
   redis.call('PEXPIRE', bucket, math.ceil(burst * 1000 / rate) + 1000)
 end
 local p = topic .. ':' .. best .. ':'

@@ -122,13 +122,13 @@ def topic_rates(topics: Sequence[Mapping], readers: Mapping[tuple[str, str], Seq
     n = len(topics)
     fig = _figure(12, max(2.2, 0.55 * n + 1.3))
     ax = fig.subplots()
-    labels = [t["topic"] if t.get("broker") in (None, "", "kafka") else f"{t['broker']}:{t['topic']}"
-              for t in topics]
+    labels = [t["topic"] if t.get("broker") in (None, "", "kafka")
+              else f"{t['broker']}:{t['topic']}" for t in topics]
     ys = list(range(n))[::-1]  # the first topic on top
     prods = [t["production_rate"] or 0.0 for t in topics]
     ax.barh(ys, prods, height=0.6, color=PROD, zorder=2)
     top = max(prods + [0.0])
-    for y, t, p in zip(ys, topics, prods):
+    for y, t in zip(ys, topics):
         rs = readers.get((t["broker"], t["topic"]), [])
         cs = [r["consumption_rate"] or 0.0 for r in rs]
         top = max([top] + cs)

@@ -1,4 +1,4 @@
-"""``mqgw report``: lag, rates, stuck and idle queues from ``mqgw snapshot`` Parquet files, with Spark.
+"""``mqgw report``: lag, rates, stuck and idle queues from ``mqgw snapshot`` files, with Spark.
 
 Runs locally::
 
@@ -71,7 +71,8 @@ def parse_time(text: str) -> int:
     try:
         t = dt.datetime.fromisoformat(text.strip())
     except ValueError:
-        raise ValueError(f"invalid time {text!r}: use ISO 8601, e.g. 2024-05-01T12:00:00Z") from None
+        raise ValueError(f"invalid time {text!r}: use ISO 8601, e.g. 2024-05-01T12:00:00Z") \
+            from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.timezone.utc)
     return round(t.timestamp() * 1000)
@@ -106,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         from pyspark.sql import SparkSession  # noqa: F401
     except ImportError:
-        print("mqgw report: pyspark is missing; install the extra: pip install 'mq-gateway[reports]'",
-              file=sys.stderr)
+        print("mqgw report: pyspark is missing; install the extra: "
+              "pip install 'mq-gateway[reports]'", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     spark = _session(args)
@@ -300,7 +301,8 @@ def _sum(t, col: str):
 def _iso(ms: int | None) -> str | None:
     if ms is None:
         return None
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    t = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def _jsonable(rows: list[dict]) -> list[dict]:

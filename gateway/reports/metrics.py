@@ -279,7 +279,7 @@ def stuck_stats(queues: DataFrame) -> DataFrame:
         "production_rate", "last_ts")
 
 
-# -- time series for the charts ---------------------------------------------------------------------
+# -- time series for the charts --------------------------------------------------------------------
 
 def _bucketed(df: DataFrame, keys: list[str], start_ms: int, bucket_ms: int) -> DataFrame:
     """Per key and time bucket: the bucket's first sample time and its highest lag."""

@@ -54,6 +54,8 @@ def when(ms: int | None) -> str:
 def trend(v: float | None) -> str:
     if v is None:
         return '<span class="muted">—</span>'
+    if abs(v) < 0.005:  # would print as 0.00
+        return '<span class="muted">≈ 0/s</span>' if v else '<span class="muted">0/s</span>'
     if v > 0:
         return f'<span class="bad">▲ +{rate(v)}/s</span>'
     if v < 0:
@@ -73,7 +75,8 @@ def drain(status: str | None, s: float | None) -> str:
 
 def who(r: Mapping[str, Any]) -> str:
     c = f"<b>{esc(r['consumer'])}</b>"
-    return c + (f' <span class="muted">/ {esc(r["client_id"])}</span>' if r.get("client_id") else "")
+    k = r.get("client_id")
+    return c + (f' <span class="muted">/ {esc(k)}</span>' if k else "")
 
 
 def topic(r: Mapping[str, Any]) -> str:
@@ -173,7 +176,8 @@ footer{color:#6b7280;font-size:12px;text-align:center;padding:8px}
 """
 
 
-def page(s: Mapping[str, Any], t: Mapping[str, list[dict]], charts: Mapping[str, bytes | None]) -> str:
+def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
+         charts: Mapping[str, bytes | None]) -> str:
     """The report page from the summary ``s``, the tables ``t`` (lists of row dicts) and charts."""
     w, tot, th = s["window"], s["totals"], s["thresholds"]
     stuck, top, topics, idle = t["stuck"], t["top"], t["topics"], t["idle"]
@@ -193,11 +197,13 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]], charts: Mapping[str,
         card("Stuck queues", f"{n_stuck:,}",
              f"no progress &gt; {esc(duration(th['stuck_after_s']))} or lock expired",
              "red" if n_stuck else "green"),
-        card("Total lag", human_int(tot["lag"]), f"messages · trend {_plain_trend(tot['lag_slope'])}",
+        card("Total lag", human_int(tot["lag"]),
+             f"messages · trend {_plain_trend(tot['lag_slope'])}",
              "amber" if (tot["lag_slope"] or 0) > 0 else "blue"),
         card("Never draining", f"{n_never:,}", "queues with lag, produced ≥ consumed",
              "amber" if n_never else "green"),
-        card("Idle", f"{n_idle:,}", f"consumers/clientIds, no access in {esc(duration(th['idle_after_s']))}",
+        card("Idle", f"{n_idle:,}",
+             f"consumers/clientIds, no access in {esc(duration(th['idle_after_s']))}",
              "amber" if n_idle else "green"),
         card("Produced", rate(tot["production_rate"]), "messages/s, all topics", "blue"),
         card("Consumed", rate(tot["consumption_rate"]), "messages/s, all consumers", "blue"),
@@ -206,7 +212,8 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]], charts: Mapping[str,
     # 1. stuck
     if stuck:
         rows = [[who(r), topic(r), esc(r["queue"]), _stuck_why(r), num(r["lag"]),
-                 num(r["committed_offset"]), rate(r["consumption_rate"]), rate(r["production_rate"])]
+                 num(r["committed_offset"]), rate(r["consumption_rate"]),
+                 rate(r["production_rate"])]
                 for r in stuck[:ROW_LIMIT]]
         out.append(
             f'<section class="alert"><h2>Stuck queues ({n_stuck:,})</h2>'
@@ -229,7 +236,8 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]], charts: Mapping[str,
              rate(r["consumption_rate"]), rate(r["production_rate"]),
              drain(r["drain_status"], r["drain_s"]), num(r["stuck_queues"])] for r in top]
     out.append(
-        f'<section><h2>Top {len(top) or ""} consumers by lag</h2><p class="hint">Lag summed over each '
+        f'<section><h2>Top {len(top) or ""} consumers by lag</h2>'
+        '<p class="hint">Lag summed over each '
         "consumer's (or clientId's) queues. Trend: least-squares slope of lag over the window "
         "(▲ growing, ▼ shrinking). Time to drain = lag ÷ (consumption − production).</p>"
         + img(charts.get("top_lag"), "lag over time of the top consumers")
@@ -246,7 +254,8 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]], charts: Mapping[str,
         "produced per second (per partition, the highest rate any consumer saw). Dots: messages "
         "per second each consumer / clientId of the topic consumed; red when it has lag and is "
         "slower than its partitions are produced (the one with the most lag is named). Topics "
-        "with the most lag first.</p>" + img(charts.get("topics"), "production vs consumption per topic")
+        "with the most lag first.</p>"
+        + img(charts.get("topics"), "production vs consumption per topic")
         + table(["topic", "partitions", "readers", "lag", "trend", "produced/s",
                  "consumed/s (all readers)", "stuck"], rows, len(topics), "topics.csv",
                 (1, 2, 3, 4, 5, 6, 7))
@@ -286,7 +295,8 @@ def _spread(rows: Sequence[Mapping[str, Any]], total: int) -> str:
     from collections import Counter
 
     by = Counter((r["consumer"], r["client_id"]) for r in rows)
-    most = ", ".join(f"{esc(c)}{'/' + esc(k) if k else ''} ({n})" for (c, k), n in by.most_common(3))
+    most = ", ".join(f"{esc(c)}{'/' + esc(k) if k else ''} ({n})"
+                     for (c, k), n in by.most_common(3))
     of = f"{len(by):,}" if len(rows) == total else f"{len(by):,}+"
     return f" {total:,} queues of {of} consumers/clientIds; the most: {most}."
 

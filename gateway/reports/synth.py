@@ -97,7 +97,7 @@ def table_from_rows(ts: int | dt.datetime, rows: Iterable[Mapping[str, Any]]) ->
                                 schema=SCHEMA)
 
 
-# -- a large synthetic data set (bench) -------------------------------------------------------------
+# -- a large synthetic data set (bench) ------------------------------------------------------------
 
 def generate(out_dir: str | os.PathLike[str], *, consumers: int, queues: int, samples: int,
              interval_s: float = 120.0, start: dt.datetime | None = None, topics: int = 200,
@@ -131,7 +131,9 @@ def generate(out_dir: str | os.PathLike[str], *, consumers: int, queues: int, sa
         "queue": pa.array(qi.astype(str).astype(object), pa.string()),
     }
     kind = rng.random(consumers)[ci]  # per consumer: behaviour
-    behind, stuck, idle = kind < 0.10, (kind >= 0.10) & (kind < 0.12), (kind >= 0.12) & (kind < 0.15)
+    behind = kind < 0.10
+    stuck = (kind >= 0.10) & (kind < 0.12)
+    idle = (kind >= 0.12) & (kind < 0.15)
     prod = rng.lognormal(mean=0.0, sigma=1.5, size=n)  # msg/s, median 1
     cons = np.where(behind, prod * 0.8, prod * 1.5)
     lag0 = rng.integers(0, 10_000, size=n).astype(np.float64)
@@ -149,6 +151,7 @@ def generate(out_dir: str | os.PathLike[str], *, consumers: int, queues: int, sa
                           from_pandas=True)
     low = pa.array(max0 // 2, pa.int64())
     out, rows, files, size = Path(out_dir), 0, 0, 0
+    prev_committed = np.zeros(n, dtype=np.int64)
     for s in range(samples):
         t = s * interval_s
         ts_ms = start_ms + round(t * 1000)
