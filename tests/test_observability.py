@@ -258,6 +258,128 @@ def test_client_request_id_kept_only_when_sane(incoming: str, kept: bool, json_l
     assert {line["request_id"] for line in json_logs.records() if line["logger"].startswith("mqgw")} == {rid}
 
 
+class CountingStream:
+    """A stream that records each write call, to see how lines are batched."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> None:
+        self.writes.append(text)
+
+    def flush(self) -> None:
+        pass
+
+    def lines(self) -> list[dict[str, Any]]:
+        return [orjson.loads(ln) for w in self.writes for ln in w.splitlines()]
+
+
+def batched_logger(stream: CountingStream, **kw: Any) -> tuple[logging.Logger, logs.LoopBatchedHandler]:
+    handler = logs.LoopBatchedHandler(stream, **kw)
+    handler.setFormatter(logs.JsonFormatter())
+    lg = logging.getLogger(f"mqgw.test.batched.{uuid.uuid4().hex[:8]}")
+    lg.propagate, lg.level = False, logging.INFO
+    lg.addHandler(handler)
+    return lg, handler
+
+
+def test_request_ids_are_unique_32_hex_digits() -> None:
+    ids = [logs.new_request_id() for _ in range(10_000)]
+    assert len(set(ids)) == len(ids) and all(HEX32.fullmatch(i) for i in ids)
+    # another process (worker or node) draws another random prefix
+    other = subprocess.run([sys.executable, "-c", "from gateway import logs; print(logs.new_request_id())"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert HEX32.fullmatch(other) and other[:16] != ids[0][:16]
+
+
+def test_log_lines_of_one_loop_turn_are_written_together() -> None:
+    stream = CountingStream()
+    lg, handler = batched_logger(stream, delay_s=0.05)
+
+    async def main() -> None:
+        for i in range(20):
+            lg.info("line %d", i)
+        assert stream.writes == []  # held for the batch, not written per line
+        await asyncio.sleep(0.01)
+        lg.info("line 20")
+        assert stream.writes == []
+        await asyncio.sleep(0.1)
+        assert len(stream.writes) == 1  # one write for all 21 lines
+        lg.info("line 21")
+        await asyncio.sleep(0.1)
+    asyncio.run(main())
+    assert len(stream.writes) == 2
+    assert [d["msg"] for d in stream.lines()] == [f"line {i}" for i in range(22)]
+
+
+def test_log_lines_outside_a_loop_and_past_the_cap_are_written_at_once() -> None:
+    stream = CountingStream()
+    lg, handler = batched_logger(stream, max_lines=5, delay_s=60)
+    lg.info("no loop here")
+    assert len(stream.writes) == 1  # start-up, threads, shutdown: nothing waits for a loop
+
+    async def main() -> None:
+        for i in range(12):
+            lg.info("busy %d", i)
+        assert len(stream.writes) == 1 + 2  # two full batches of 5; 2 lines pending
+        # another thread's line does not wait for this loop's timer either... unless a batch is
+        # already pending, which it joins (written with that batch, in order)
+        t = threading.Thread(target=lg.info, args=("from a thread",))
+        t.start()
+        t.join()
+    asyncio.run(main())
+    handler.flush()  # what logging.shutdown() does at exit: pending lines are not lost
+    msgs = [d["msg"] for d in stream.lines()]
+    assert msgs == ["no loop here"] + [f"busy {i}" for i in range(12)] + ["from a thread"]
+
+
+def test_access_lines_skip_logging_only_where_it_changes_nothing(json_logs: JsonLines) -> None:
+    """With the handler ``configure`` installs as the only one, access lines are written
+    directly; with any other setup they are records. Either way the line is the same JSON."""
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    stream = CountingStream()
+    batched = logs.LoopBatchedHandler(stream)
+    batched.setFormatter(logs.JsonFormatter())
+    try:
+        root.handlers[:] = [batched]
+        assert logs._direct_handler() is batched
+        call(build_app(), "/items/1", headers={"X-Request-Id": "direct-1"})
+        root.handlers.append(json_logs)  # now a capture handler is there too: records again
+        assert logs._direct_handler() is None
+        call(build_app(), "/items/1", headers={"X-Request-Id": "record-1"})
+    finally:
+        root.handlers[:] = saved
+    batched.flush()
+    lines = [d for d in stream.lines() if d["logger"] == "mqgw.access"]
+    direct, record = lines
+    assert [d["request_id"] for d in lines] == ["direct-1", "record-1"]
+    assert [r["request_id"] for r in json_logs.records("mqgw.access")] == ["record-1"]
+    assert list(direct) == list(record)  # same fields, same order
+    for k in direct:
+        if k not in ("ts", "request_id", "duration_ms"):
+            assert direct[k] == record[k], k
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", direct["ts"])
+    # a filter on the access logger must see every line: no direct path then
+    access = logging.getLogger("mqgw.access")
+    access.addFilter(lambda r: True)
+    try:
+        root.handlers[:] = [batched]
+        assert logs._direct_handler() is None
+    finally:
+        root.handlers[:] = saved
+        access.filters.clear()
+
+
+def test_a_broken_log_stream_does_not_fail_the_caller() -> None:
+    class Broken(CountingStream):
+        def write(self, text: str) -> None:
+            raise OSError("stderr closed")
+    lg, handler = batched_logger(Broken())
+    lg.info("dropped, not raised")
+    handler.flush()
+
+
 def test_access_log_can_be_off(json_logs: JsonLines) -> None:
     r = call(build_app(access_log=False), "/items/7")
     assert r.status_code == 200 and r.headers["x-request-id"]
