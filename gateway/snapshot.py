@@ -346,6 +346,30 @@ def write_table(table: pa.Table, out_dir: str | os.PathLike[str], ts: int | dt.d
     return final
 
 
+#: A temporary file this old was left by a writer that died (SIGKILL, power loss) mid-write: a
+#: sample is written in seconds. Only then is it removed, so a writer on another host sharing
+#: the directory is never disturbed.
+ABANDONED_AFTER_S = 3600.0
+
+
+def remove_abandoned(out_dir: str | os.PathLike[str], older_than_s: float = ABANDONED_AFTER_S,
+                     now: float | None = None) -> list[Path]:
+    """Delete ``.snap-*.tmp`` files older than ``older_than_s`` under ``out_dir``; return them.
+
+    Readers skip dot-files anyway (Spark and pyarrow ignore names starting with ``.`` or
+    ``_``); this only keeps crashed writes from piling up."""
+    limit = (time.time() if now is None else now) - older_than_s
+    removed = []
+    for tmp in Path(out_dir).glob("date=*/hour=*/.snap-*.tmp"):
+        try:
+            if tmp.stat().st_mtime < limit:
+                tmp.unlink()
+                removed.append(tmp)
+        except FileNotFoundError:  # another cleaner (or the writer) got there first
+            pass
+    return removed
+
+
 def table_from_columns(ts: int | dt.datetime, cols: dict[str, list[Any]]) -> pa.Table:
     n = len(cols["consumer"])
     arrays = [pa.array([_ts_ms(ts)] * n, SCHEMA.field("ts").type)]
@@ -436,7 +460,12 @@ async def _loop(url: str, out: str, every: float, once: bool, verbose: bool, pre
     redis = connect(url)
     try:
         due = time.monotonic()
+        swept = -math.inf
         while not stop.is_set():
+            if time.monotonic() - swept >= ABANDONED_AFTER_S:  # at start, then hourly
+                swept = time.monotonic()
+                for tmp in remove_abandoned(out):
+                    print(f"mqgw snapshot: removed abandoned {tmp}", file=sys.stderr, flush=True)
             try:
                 summary = await take(redis, out, prefix, default_timeout_ms)
             except Exception as e:  # noqa: BLE001 - Redis down, disk full: report, retry next interval

@@ -320,6 +320,28 @@ def test_a_failed_write_leaves_no_file(tmp_path: Path, monkeypatch) -> None:
     assert [f for _, _, fs in os.walk(tmp_path) for f in fs] == []
 
 
+@pytest.mark.timeout(60)
+def test_the_command_removes_writes_abandoned_by_a_killed_writer(redis_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "snaps"
+    hour = out / "date=2026-01-01" / "hour=00"
+    hour.mkdir(parents=True)
+    abandoned = hour / ".snap-20260101T000000000-other-host-4242.parquet.tmp"
+    in_progress = hour / ".snap-20260101T000000000-other-host-4343.parquet.tmp"
+    not_ours = hour / "notes.tmp"
+    for f in (abandoned, in_progress, not_ours):
+        f.write_bytes(b"PAR1 half a file")
+    two_hours_ago = time.time() - 2 * 3600
+    for f in (abandoned, not_ours):
+        os.utime(f, (two_hours_ago, two_hours_ago))
+    summary = run_once(redis_url, out)
+    assert not abandoned.exists()
+    assert in_progress.exists()  # recent: may belong to a live writer on another host
+    assert not_ours.exists()
+    assert Path(summary["path"]).is_file()
+    # and the function alone, with an explicit clock
+    assert snap.remove_abandoned(out, now=time.time() + 7200) == [in_progress]
+
+
 def test_write_snapshot_rows_partitions_and_names() -> None:
     import tempfile
 
