@@ -137,8 +137,9 @@ def topic_rates(topics: Sequence[Mapping], readers: Mapping[tuple[str, str], Seq
         slow = sorted((r for r in rs if not _keeps_up(r)), key=lambda r: -(r.get("lag") or 0))
         for r in slow[:1]:  # name the reader that falls behind with the most lag
             name = r["consumer"] + (f"/{r['client_id']}" if r.get("client_id") else "")
-            ax.annotate(_short(name, 28), (r["consumption_rate"] or 0.0, y), xytext=(0, -13),
-                        textcoords="offset points", ha="center", fontsize=7.5, color=BAD)
+            # from the dot rightwards: centred, a name near zero ran into the axis
+            ax.annotate(_short(name, 28), (r["consumption_rate"] or 0.0, y), xytext=(-4, -13),
+                        textcoords="offset points", ha="left", fontsize=7.5, color=BAD)
     for y, p in zip(ys, prods):
         ax.text(p + top * 0.01, y + 0.32, f"{human(p)}/s produced", fontsize=8, color=MUTED,
                 va="center")
@@ -153,7 +154,8 @@ def topic_rates(topics: Sequence[Mapping], readers: Mapping[tuple[str, str], Seq
         Line2D([], [], marker="o", linestyle="", color=GOOD, label="a reader keeping up"),
         Line2D([], [], marker="o", linestyle="", color=BAD,
                label="a reader with lag, slower than its partitions are produced"),
-    ], loc="lower right", frameon=True, framealpha=0.9, edgecolor=GRID, fontsize=9)
+    ], loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, frameon=False, fontsize=9,
+        borderaxespad=0.3)  # above the plot: inside, it hid the bottom bars' labels
     return _png(fig)
 
 
