@@ -42,7 +42,7 @@ async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, 
         targets = {q: wm[q][1] for q in queues}
     elif mode == "timestamp":
         ts = body.get("timestamp")
-        if type(ts) is not int or ts < 0:
+        if type(ts) is not int or not 0 <= ts <= 2**63 - 1:
             raise bad_request("invalid_timestamp", "timestamp must be ms since the epoch")
         targets = {q: await broker.offset_for_time(topic, q, ts) for q in queues}
     else:

@@ -121,7 +121,8 @@ async def _api_error(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return JSON({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code)
+    return JSON({"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code,
+                headers=exc.headers)
 
 
 async def _unknown_topic(request: Request, exc: Exception) -> Response:
@@ -132,7 +133,9 @@ async def _unknown_topic(request: Request, exc: Exception) -> Response:
 async def _unavailable(request: Request, exc: Exception) -> Response:
     metrics.dependency_error("broker" if isinstance(exc, BrokerUnavailable) else "redis")
     log.warning("dependency unavailable on %s: %s", request.url.path, exc)
-    return JSON({"error": {"code": "unavailable", "message": f"a dependency is unavailable: {exc}"}},
+    # The cause (host, port, broker error) goes to the log, not to clients.
+    dep = "the broker" if isinstance(exc, BrokerUnavailable) else "Redis"
+    return JSON({"error": {"code": "unavailable", "message": f"{dep} is unavailable; retry shortly"}},
                 status_code=503, headers={"Retry-After": "1"})
 
 

@@ -111,9 +111,11 @@ class KeyStore:
         rec = await self.get(key_id)
         if rec is None:
             return None
-        await self.redis.hdel(self.hash, key_id)
+        # Grants first, the record last: if this stops half-way, the key is still listed and a
+        # second DELETE finishes the job (the other order left grants no DELETE could reach).
         for g in rec.consumers:
             await self.redis.hdel(self.store.grants_key(g), key_id)
+        await self.redis.hdel(self.hash, key_id)
         return rec
 
 

@@ -78,7 +78,7 @@ class ConsumeService:
                 raise bad_request("request_id_mismatch",
                                   "requestId belongs to another consumer, clientId or topic")
             acked = ack_body(await self._ack(ref, p.credential))
-        await self._announce(p.group)
+        announced = False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + p.wait_ms / 1000
         skip: set[str] = set()  # queues that had nothing readable during this request
@@ -98,6 +98,9 @@ class ConsumeService:
                 open_mode=self.settings.open_mode, credential=p.credential, skip=skip)
             if isinstance(chosen, Refused):
                 raise await self._refused(chosen.reason, p)
+            if not announced:  # only names choose.lua accepted (key, registration) are listed
+                announced = True
+                await self._announce(p.group)
             if isinstance(chosen, (Paused, RateLimited)):  # answered at once, never long-polled
                 body = {"status": "paused", "topic": p.topic, "messages": []}
                 if isinstance(chosen, RateLimited):
@@ -132,6 +135,8 @@ class ConsumeService:
         """List the consumer in ``P:{reg}:seen`` (once a minute per process) for the views."""
         now = now_ms()
         if now - self._seen.get(group, 0) >= SEEN_EVERY_MS:
+            if len(self._seen) >= 100_000:  # a memo, not a registry: start over rather than grow
+                self._seen.clear()
             self._seen[group] = now
             await self.store.redis.sadd(self.store.registry_key("seen"), group)
 
@@ -186,6 +191,8 @@ class ConsumeService:
                                                    lock.token))
             raise
         self.wm.observe(p.topic, lock.queue, res.high_watermark)
+        if lock.charged and len(res.records) < lock.allowance:  # rare: a read came back short
+            await self.store.refund(p.group, lock.allowance - len(res.records))
         if not res.records:
             if skipped is not None:  # nothing readable past the gap: move past it ourselves
                 await self.store.ack(p.group, p.client_id, p.topic, lock.queue, start, skipped["to"],

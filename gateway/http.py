@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -95,6 +96,9 @@ async def produce_route(request: Request) -> Response:
 
 
 async def message_route(request: Request) -> Response:
+    if request.method == "HEAD":  # starlette adds HEAD to GET routes; this GET locks and fetches
+        raise HTTPException(405, "HEAD would lock a queue and throw the batch away; use GET",
+                            headers={"Allow": "GET, POST"})
     gw = _state(request)
     s = gw.settings
     credential = gw.auth.credential(request.headers)

@@ -16,6 +16,10 @@ from .errors import ApiError, bad_request, forbidden, unauthorized
 from .names import check_name, check_topic
 from .store import Credential, OffsetStore
 
+#: Kafka's field widths (int32 partition, int64 timestamp): larger JSON integers are refused here,
+#: before any record of the batch is handed to the producer.
+MAX_PARTITION = 2**31 - 1
+MAX_TIMESTAMP = 2**63 - 1
 _MESSAGE_FIELDS = {"value", "key", "headers", "partition", "timestamp", "encoding"}
 _ENCODINGS = ("utf8", "base64")
 MAX_HEADERS = 64
@@ -99,10 +103,10 @@ def _message(m: Any, i: int, default_enc: str) -> OutgoingMessage:
             raise ApiError(413, "too_many_headers", f"messages[{i}] has more than {MAX_HEADERS} headers",
                            index=i, limit=MAX_HEADERS)
     partition = m.get("partition")
-    if partition is not None and (type(partition) is not int or partition < 0):
+    if partition is not None and (type(partition) is not int or not 0 <= partition <= MAX_PARTITION):
         raise bad_request("invalid_partition", f"messages[{i}].partition must be an integer >= 0", index=i)
     ts = m.get("timestamp")
-    if ts is not None and (type(ts) is not int or ts < 0):
+    if ts is not None and (type(ts) is not int or not 0 <= ts <= MAX_TIMESTAMP):
         raise bad_request("invalid_timestamp", f"messages[{i}].timestamp must be ms since the epoch",
                           index=i)
     return OutgoingMessage(value, key, headers, partition, ts)

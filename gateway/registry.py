@@ -162,7 +162,8 @@ class Registry:
             raise bad_request("missing_topics" if "topics" not in body else "invalid_topics",
                               "topics is required to register a consumer")
         fields = consumer_fields(body)
-        fields.setdefault("mode", "cluster")
+        if fields.get("mode") is None:  # left out or null: the default, never "no mode"
+            fields["mode"] = "cluster"
         old = await self.config(group)
         now = str(now_ms())
         values = {k: v for k, v in fields.items() if v is not None}

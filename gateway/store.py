@@ -63,6 +63,7 @@ class Lock:
     previous_lock_ms: int  # >0 means the previous holder's lock expired: this is a redelivery
     timeout_ms: int
     allowance: int  # records this batch may hold: the request, the consumer's cap, the rate limit
+    charged: bool = False  # the rate-limit bucket paid for `allowance`: refund what is not read
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,7 @@ class OffsetStore:
         self._wm_put = load("watermarks_put")
         self._reset = load("reset")
         self._produce_check = load("produce_check")
+        self._refund = load("refund")
 
     # -- key names -------------------------------------------------------------------------
     def queues_key(self, group: str, client_id: str = "") -> str:
@@ -181,7 +183,8 @@ class OffsetStore:
         r = await self._choose(keys=keys, args=args)
         kind = int(r[0])
         if kind == 1:
-            return Lock(_s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]))
+            return Lock(_s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
+                        bool(int(r[8])))
         if kind == 0:
             return NoQueue(int(r[1]))
         if kind == 2:
@@ -212,6 +215,12 @@ class OffsetStore:
                                args=[f"{topic}:{queue}:", token, high_watermark,
                                      int(credential is not None), cred.key_id, cred.sha256])
         return _s(r[0]), int(r[1])
+
+    async def refund(self, group: str, tokens: int) -> int:
+        """Give ``tokens`` back to the consumer's rate-limit bucket (a batch read short of what
+        choose.lua charged); returns the bucket's tokens, -1 if it has no limit (any more)."""
+        return int(await self._refund(keys=[self.bucket_key(group), self.config_key(group)],
+                                      args=[tokens]))
 
     async def reset(self, group: str, client_id: str, topic: str,
                     targets: dict[str, int]) -> list[tuple[str, int, int]]:

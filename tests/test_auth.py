@@ -157,3 +157,22 @@ def test_admin_cli_drives_the_admin_api(sec: Secure, make_topic: Callable[..., s
                              "consumers", "list"], cwd=ROOT, capture_output=True, text=True, timeout=30,
                             env={"PATH": "/usr/bin:/bin"})
     assert denied.returncode == 1 and "401" in denied.stderr and "missing_api_key" in denied.stderr
+
+
+@pytest.mark.timeout(60)
+def test_refused_callers_leave_no_consumer_names_behind(sec: Secure, make_topic, rds) -> None:
+    """Names reach the consumer listing (and so the backlog view, alerts and /metrics labels)
+    only after choose.lua accepted the key and the registration: a stranger cannot add any."""
+    topic = make_topic(1)
+    junk = unique("junk")
+    bogus = "mqgw_0000000000000000_" + "A" * 43
+    for key in (bogus, None):
+        r = sec.call("GET", f"/message?consumer={junk}&topic={topic}", key)
+        assert r.status_code == 401
+    g = unique("g")  # a real consumer with a real key is listed
+    sec.admin("PUT", f"/admin/consumers/{g}", json={"topics": [topic]})
+    key = sec.key("svc", consumers=[g])
+    assert sec.call("GET", f"/message?consumer={g}&topic={topic}", key).status_code == 200
+    seen = {m.decode() for m in rds.smembers("mqgw:{reg}:seen")}
+    assert g in seen and junk not in seen
+    assert junk not in {c["consumer"] for c in sec.admin("GET", "/admin/consumers")["consumers"]}

@@ -89,6 +89,11 @@ def test_produce_errors(api: Api, topic: str) -> None:
         ({"topic": topic, "value": "x", "partition": -1}, 400, "invalid_partition"),
         ({"topic": topic, "value": "x", "partition": "1"}, 400, "invalid_partition"),
         ({"topic": topic, "value": "x", "timestamp": "now"}, 400, "invalid_timestamp"),
+        # wider than Kafka's int64 / int32 fields: refused before any record of the batch is sent
+        ({"topic": topic, "messages": [{"value": "a"}, {"value": "b", "timestamp": 2**63}]}, 400,
+         "invalid_timestamp"),
+        ({"topic": topic, "messages": [{"value": "a"}, {"value": "b", "partition": 2**31}]}, 400,
+         "invalid_partition"),
         ({"topic": topic, "value": "x", "headers": "h"}, 400, "invalid_headers"),
         ({"topic": topic, "value": "x", "headers": [["h"]]}, 400, "invalid_headers"),
         ({"topic": topic, "value": "x", "headers": {f"h{i}": "v" for i in range(65)}}, 413,
@@ -118,7 +123,7 @@ def test_oversized_body_is_413(api: Api, topic: str) -> None:
     expect(api.http.post(api.url("/produce"), content=chunks()), 413, "body_too_large")
 
 
-def test_ack_unknown_queue_and_routes(api: Api) -> None:
+def test_ack_unknown_queue_and_routes(api: Api, topic: str) -> None:
     expect(api.http.get(api.url("/nope")), 404, "not_found")
     expect(api.http.delete(api.url("/produce")), 405, "method_not_allowed")
     expect(api.http.patch(api.url(f"/admin/consumers/{unique()}"), json={"start": "middle"}), 400,
@@ -131,6 +136,22 @@ def test_ack_unknown_queue_and_routes(api: Api) -> None:
     expect(api.http.put(api.url(f"/admin/consumers/{unique()}"), json={"mode": "cluster"}), 400,
            "missing_topics")
     expect(api.http.get(api.url("/consumers/bad:name/queues")), 400, "invalid_consumer")
+    expect(api.http.post(api.url(f"/admin/consumers/{unique()}/reset"),
+                         json={"topic": topic, "to": "timestamp", "timestamp": 2**63}), 400,
+           "invalid_timestamp")
+
+
+def test_head_on_message_does_not_lock_a_queue(api: Api, topic: str, rds) -> None:
+    """starlette answers HEAD on GET routes; on /message that would lock and drop a batch."""
+    g = unique("g")
+    api.http.patch(api.url(f"/admin/consumers/{g}"), json={"start": "earliest"}).raise_for_status()
+    api.http.post(api.url("/produce"), json={"topic": topic, "value": "kept"}).raise_for_status()
+    r = api.http.head(api.url("/message"), params={"consumer": g, "topic": topic})
+    assert r.status_code == 405 and r.headers["allow"] == "GET, POST"
+    assert not rds.exists(f"mqgw:{{{g}}}:q")  # nothing was locked (nor even looked at)
+    body = api.http.get(api.url("/message"), params={"consumer": g, "topic": topic, "max": 1000,
+                                                      "wait_ms": 5000}).json()
+    assert "kept" in [m["value"] for m in body["messages"]]
 
 
 def test_random_garbage_never_gives_500(api: Api, topic: str) -> None:

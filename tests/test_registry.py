@@ -211,3 +211,35 @@ def test_auth_registry_and_rate_limit_cost_no_extra_redis_round_trip(
         lines = [ln for ln in mon.lines[before:] if f"{{{g}}}" in ln]
     assert mon.count("choose", f"{{{g}}}") == 1 and mon.count("ack", f"{{{g}}}") == 1, lines
     assert len(lines) == 2, lines  # nothing else touched the consumer's keys
+
+
+@pytest.mark.timeout(60)
+def test_a_queue_that_reads_short_does_not_eat_the_rate_limit(api: Api, rds, make_topic) -> None:
+    """choose.lua charges a batch's allowance up front; what the read does not deliver (records
+    not readable yet, e.g. an open transaction's) comes back, so other queues are still served."""
+    topic, g = make_topic(2), unique("g")
+    api.http.put(api.url(f"/admin/consumers/{g}"), json={
+        "topics": [topic], "start": "earliest",
+        "rateLimit": {"messagesPerSecond": 10, "burst": 10}}).raise_for_status()
+    api.http.post(api.url("/produce"), json={"topic": topic, "messages": [
+        {"value": str(i), "partition": 1} for i in range(5)]}).raise_for_status()
+    # Queue 0 claims 100 records that nobody can read yet: it has the larger backlog, so it is
+    # locked (and charged) first, and reads nothing.
+    rds.hset(f"mqgw:{{{g}}}:q", f"{topic}:0:max", 100)
+    r = api.message(0, consumer=g, topic=topic, max=1000, wait_ms=0)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    # Without the refund queue 0 would have spent every token: 429 rate_limited.
+    assert body["status"] == "ok" and body["queue"] == "1" and body["messages"], body
+    n = len(body["messages"])  # up to 5: as many as the watermark hint knew of
+    tokens = float(rds.hget(f"mqgw:{{{g}}}:rl", "tokens"))
+    assert 10 - n - 0.01 <= tokens <= 10 - n + 0.5, (tokens, n)  # only queue 1's records paid
+
+
+@pytest.mark.timeout(30)
+def test_a_null_mode_registers_the_default_mode(api: Api, make_topic) -> None:
+    topic, g = make_topic(1), unique("g")
+    r = api.http.put(api.url(f"/admin/consumers/{g}"), json={"topics": [topic], "mode": None})
+    assert r.status_code == 201 and r.json()["mode"] == "cluster"
+    r = api.message(0, consumer=g, topic=topic, clientId="c1")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "client_id_not_allowed"

@@ -9,7 +9,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from gateway.store import Lock, NoQueue, OffsetStore
+from gateway.store import Lock, NoQueue, OffsetStore, Paused
 
 from .conftest import unique
 
@@ -214,4 +214,88 @@ def test_concurrent_chooses_never_double_lock(redis_url: str) -> None:
         locks = await asyncio.gather(*(s.choose(g, "", T, wm, **DEFAULTS) for _ in range(50)))
         got = [lk.queue for lk in locks if isinstance(lk, Lock)]
         assert sorted(got) == ["0", "1", "2", "3"]
+    run(redis_url, body)
+
+
+def test_a_paused_broadcast_client_that_keeps_polling_keeps_its_offsets(
+        redis_url: str, rds: redis.Redis) -> None:
+    """Idle clientIds expire; a polling one must not, also while its consumer is paused (or
+    rate limited): its offsets would start over at `start` after the resume, skipping records."""
+    g = unique()
+    wm = {"0": (0, 30)}
+
+    async def body(s: OffsetStore) -> None:
+        await s.set_config(g, {"start": "latest"})
+        kw = {**DEFAULTS, "client_idle_ms": 300}
+        await s.reset(g, "c1", T, {"0": 10})
+        lock = await s.choose(g, "c1", T, wm, **kw)
+        assert isinstance(lock, Lock) and lock.committed == 10
+        assert (await s.ack(g, "c1", T, "0", 10, 15, lock.token, default_timeout_ms=60_000)).result \
+            == "committed"
+        await s.set_config(g, {"paused": 1})
+        for _ in range(8):  # 0.8 s of polling, paused: well past the 300 ms idle time
+            assert isinstance(await s.choose(g, "c1", T, wm, **kw), Paused)
+            await asyncio.sleep(0.1)
+        assert rds.exists(s.queues_key(g, "c1"))
+        assert [c for c, _ in await s.clients(g)] == ["c1"]
+        await s.set_config(g, {"paused": 0})
+        again = await s.choose(g, "c1", T, wm, **kw)
+        assert isinstance(again, Lock) and again.committed == 15  # not 30 ("latest")
+    run(redis_url, body)
+
+
+def test_tokens_of_a_recreated_hash_never_repeat(redis_url: str, rds: redis.Redis) -> None:
+    """A requestId fetched before the consumer's offsets were deleted must not commit over the
+    new holder of the same queue, even at the same offset."""
+    g = unique()
+    wm = {"0": (0, 50)}
+
+    async def body(s: OffsetStore) -> None:
+        await s.set_config(g, {"start": "earliest"})
+        old = await s.choose(g, "", T, wm, **DEFAULTS, now=1_795_000_000_000)
+        assert isinstance(old, Lock) and old.committed == 0
+        rds.delete(s.queues_key(g))  # DELETE /admin/consumers/{g}?deleteOffsets=true
+        new = None
+        for i in range(3):  # the old token count reached again: tokens would have restarted at 1
+            new = await s.choose(g, "", T, wm, **DEFAULTS, now=1_795_000_000_500 + i * 70_000)
+            assert isinstance(new, Lock) and new.committed == 0
+        assert new is not None and new.token > old.token
+        stale = await s.ack(g, "", T, "0", 0, 10, old.token, default_timeout_ms=60_000)
+        assert stale.result == "lock_lost"
+        assert (await s.ack(g, "", T, "0", 0, 10, new.token, default_timeout_ms=60_000)).result \
+            == "committed"
+        # a reset that creates the queue's fields also starts from the clock, and stores the
+        # reset token as exact digits (a Lua number that large would be written as 1.79e+15)
+        g2 = unique()
+        await s.reset(g2, "", T, {"0": 7})
+        rtok = rds.hget(s.queues_key(g2), f"{T}:0:rtok").decode()
+        assert rtok.isdigit() and int(rtok) > 1_700_000_000_000_000
+        lock = await s.choose(g2, "", T, wm, **DEFAULTS)
+        assert isinstance(lock, Lock) and lock.committed == 7 and lock.token == int(rtok) + 1
+        assert (await s.ack(g2, "", T, "0", 7, 9, lock.token, default_timeout_ms=60_000)).result \
+            == "committed"
+    run(redis_url, body)
+
+
+def test_a_short_read_gets_its_rate_limit_tokens_back(redis_url: str, rds: redis.Redis) -> None:
+    g = unique()
+    wm = {"0": (0, 100), "1": (0, 5)}
+
+    async def body(s: OffsetStore) -> None:
+        await s.set_config(g, {"start": "earliest", "rate": 10, "burst": 10})
+        big = await s.choose(g, "", T, wm, **DEFAULTS)
+        assert isinstance(big, Lock) and big.queue == "0" and big.allowance == 10 and big.charged
+        assert float(rds.hget(s.bucket_key(g), "tokens")) == 0
+        # queue 0 read nothing (an open transaction, say): all 10 come back, capped at the burst
+        assert await s.refund(g, 10) == 10
+        assert await s.refund(g, 10) == 10
+        await s.unlock(g, "", T, "0", big.token)
+        small = await s.choose(g, "", T, wm, **DEFAULTS, skip={"0"})
+        assert isinstance(small, Lock) and small.queue == "1" and small.allowance == 5
+        # without a rate limit nothing is charged, and a refund changes nothing
+        g2 = unique()
+        await s.set_config(g2, {"start": "earliest"})
+        free = await s.choose(g2, "", T, wm, **DEFAULTS)
+        assert isinstance(free, Lock) and not free.charged and free.allowance >= 100
+        assert await s.refund(g2, 5) == -1 and not rds.exists(s.bucket_key(g2))
     run(redis_url, body)

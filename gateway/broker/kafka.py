@@ -163,7 +163,12 @@ class KafkaBroker(Broker):
             if found.offset >= 0:
                 return found.offset
             return self._meta.get_watermark_offsets(TopicPartition(topic, int(queue)), timeout=5)[1]
-        return await self._run(look)
+        try:
+            return await self._run(look)
+        except KafkaException as e:  # a timeout or a broker error: 503 for the reset, not 500
+            if e.args and e.args[0].code() in _UNKNOWN:
+                raise UnknownTopic(topic) from None
+            raise BrokerUnavailable(str(e)) from None
 
     async def ping(self) -> bool:
         try:

@@ -12,8 +12,9 @@
 -- max never goes down; com starts at the latest (or earliest) offset; a lock is free when 0 or older
 -- than the consume timeout; every lock increments tok so stale acks can be told apart.
 -- Returns one of
---   {1, queue, committed, token, max, previous_lock_ms, timeout, allowance}  a queue was locked;
---        allowance is how many records the caller may read (batch caps and the rate limit)
+--   {1, queue, committed, token, max, previous_lock_ms, timeout, allowance, charged}  a queue was
+--        locked; allowance is how many records the caller may read (batch caps and the rate
+--        limit); charged is 1 when the rate-limit bucket was charged the allowance
 --   {0, next_wake_ms | -1}   nothing to lock now
 --   {2}                      paused
 --   {3, reason}              refused: unauthorized | unregistered | topic_not_allowed |
@@ -38,6 +39,15 @@ if cfg[4] == '1' then
   if cfg[6] == 'cluster' and client ~= '' then return {3, 'client_id_not_allowed'} end
 elseif ARGV[10] ~= '1' then
   return {3, 'unregistered'}
+end
+-- A polling clientId is alive, also while the consumer is paused or over its rate limit: its
+-- offsets must not expire under it (they would restart at `start`, skipping records).
+if client ~= '' then
+  local idle = tonumber(ARGV[7])
+  redis.call('ZADD', clients, now, client)
+  redis.call('ZREMRANGEBYSCORE', clients, '-inf', '(' .. (now - idle))
+  redis.call('PEXPIRE', clients, idle)
+  redis.call('PEXPIRE', key, idle)  -- a no-op before the hash exists; set again below
 end
 if cfg[3] == '1' then return {2} end
 local timeout = tonumber(cfg[1]) or tonumber(ARGV[3])
@@ -67,13 +77,6 @@ if rate and rate > 0 then
     return {4, math.ceil((1 - tokens) * 1000 / rate)}
   end
   if math.floor(tokens) < allowance then allowance = math.floor(tokens) end
-end
-
-if client ~= '' then
-  local idle = tonumber(ARGV[7])
-  redis.call('ZADD', clients, now, client)
-  redis.call('ZREMRANGEBYSCORE', clients, '-inf', '(' .. (now - idle))
-  redis.call('PEXPIRE', clients, idle)
 end
 
 local skip = ARGV[8]
@@ -122,13 +125,20 @@ if #writes > 0 then redis.call('HSET', key, unpack(writes)) end
 if client ~= '' then redis.call('PEXPIRE', key, ARGV[7]) end  -- idle clientIds' offsets expire
 if best == nil then return {0, wake} end
 
-if tokens then  -- charge what this batch can at most return: no refund round trip needed
+local charged = 0
+if tokens then  -- charge what this batch can at most return; a short read is refunded (refund.lua)
   if best_backlog < allowance then allowance = best_backlog end
   local burst = tonumber(cfg[9]) or math.max(math.floor(rate), 1)
   redis.call('HSET', bucket, 'tokens', tokens - allowance, 'ts', bucket_ts)
   redis.call('PEXPIRE', bucket, math.ceil(burst * 1000 / rate) + 1000)
+  charged = 1
 end
 local p = topic .. ':' .. best .. ':'
+-- A queue's first token is the clock (ms) x 1000, not 1: when a hash is deleted (unregister with
+-- deleteOffsets, an expired clientId) and made again, its tokens never repeat earlier ones, so a
+-- requestId from before can never pass for the new holder's. Written as a string: a Lua number
+-- this large would be formatted as 1.79e+15.
+if redis.call('HEXISTS', key, p .. 'tok') == 0 then redis.call('HSET', key, p .. 'tok', ARGV[2] .. '000') end
 local tok = redis.call('HINCRBY', key, p .. 'tok', 1)
 redis.call('HSET', key, p .. 'lock', now, p .. 'acc', now, p .. 'addr', ARGV[5])
-return {1, best, best_com, tok, best_max, best_lock, timeout, allowance}
+return {1, best, best_com, tok, best_max, best_lock, timeout, allowance, charged}

@@ -9,9 +9,14 @@ local out = {}
 for i = 2, #ARGV, 2 do
   local p = topic .. ':' .. ARGV[i] .. ':'
   local old = tonumber(redis.call('HGET', key, p .. 'com')) or -1
+  if redis.call('HEXISTS', key, p .. 'tok') == 0 then  -- as in choose.lua: tokens never repeat
+    local t = redis.call('TIME')
+    redis.call('HSET', key, p .. 'tok', t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)) .. '000')
+  end
   local tok = redis.call('HINCRBY', key, p .. 'tok', 1)
   local new = tonumber(ARGV[i + 1])
-  redis.call('HSET', key, p .. 'com', new, p .. 'lock', 0, p .. 'rtok', tok)
+  -- tok as a string: large tokens would be written as 1.79e+15 from a Lua number
+  redis.call('HSET', key, p .. 'com', new, p .. 'lock', 0, p .. 'rtok', string.format('%d', tok))
   local mx = tonumber(redis.call('HGET', key, p .. 'max')) or 0
   if new > mx then redis.call('HSET', key, p .. 'max', new) end
   out[#out + 1] = ARGV[i]
