@@ -17,7 +17,8 @@ from .store import OffsetStore
 RESET_MODES = ("earliest", "latest", "timestamp", "offset")
 
 
-async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, Any]) -> dict[str, Any]:
+async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, Any],
+                client_idle_ms: int = 7 * 86_400_000) -> dict[str, Any]:
     """Move one consumer's committed offsets on a topic; see the README's operations section."""
     extra = set(body) - {"topic", "to", "timestamp", "offset", "queue", "clientId"}
     if extra:
@@ -57,6 +58,14 @@ async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, 
                               min=lo, max=hi)
         targets = {str(queue): off}
     client = body.get("clientId")
+    cfg = await store.get_config(group)
+    if cfg.get("registered") == "1":  # a hash of the other mode is one no reader ever uses
+        if cfg.get("mode") == "cluster" and client:
+            raise bad_request("client_id_not_allowed",
+                              f"consumer {group!r} is registered in cluster mode: leave out clientId")
+        if cfg.get("mode") == "broadcast" and not client:
+            raise bad_request("client_id_required", f"consumer {group!r} is registered in broadcast "
+                              "mode: give a clientId, or '*' for all of them")
     if client == "*":
         clients = [c for c, _ in await store.clients(group)]
     else:
@@ -66,5 +75,9 @@ async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, 
         for q, old, new in await store.reset(group, c, topic, targets):
             moved.append({"clientId": c or None, "queue": q, "from": old if old >= 0 else None,
                           "to": new})
+        if c:  # a clientId's offsets expire when idle; one the reset created must too
+            key = store.queues_key(group, c)
+            if await store.redis.pttl(key) == -1:
+                await store.redis.pexpire(key, client_idle_ms)
     return {"consumer": group, "topic": topic, "to": mode,
             "moved": sum(1 for m in moved if m["from"] != m["to"]), "queues": moved}

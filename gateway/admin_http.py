@@ -76,7 +76,8 @@ async def pause_route(request: Request) -> Response:
 async def reset_route(request: Request) -> Response:
     gw = await _admin(request)
     group = check_name(request.path_params["group"], "consumer")
-    return JSON(await admin.reset(gw.store, gw.broker, group, await _object_body(request, gw)))
+    return JSON(await admin.reset(gw.store, gw.broker, group, await _object_body(request, gw),
+                                  gw.settings.client_idle_ms))
 
 
 # -- producers -------------------------------------------------------------------------------

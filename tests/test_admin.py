@@ -155,3 +155,21 @@ def test_reset_errors(api: Api, make_topic) -> None:
         assert (r.status_code, r.json()["error"]["code"]) == (status, code), (body, r.text)
     r = api.http.post(api.url("/admin/consumers/bad:name/pause"))
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_consumer"
+
+
+def test_reset_matches_the_registered_mode_and_created_client_offsets_expire(
+        api: Api, make_topic, rds) -> None:
+    topic, cl, bc = make_topic(1), unique("g"), unique("g")
+    api.http.put(api.url(f"/admin/consumers/{cl}"), json={"topics": [topic]}).raise_for_status()
+    api.http.put(api.url(f"/admin/consumers/{bc}"),
+                 json={"topics": [topic], "mode": "broadcast"}).raise_for_status()
+    url = lambda g: api.url(f"/admin/consumers/{g}/reset")  # noqa: E731
+    r = api.http.post(url(cl), json={"topic": topic, "to": "earliest", "clientId": "c1"})
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "client_id_not_allowed")
+    r = api.http.post(url(bc), json={"topic": topic, "to": "earliest"})
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "client_id_required")
+    assert not rds.exists(f"mqgw:{{{cl}}}:q:c1") and not rds.exists(f"mqgw:{{{bc}}}:q")
+    # a reset may set up a clientId before it first polls; its offsets then expire like any
+    r = api.http.post(url(bc), json={"topic": topic, "to": "earliest", "clientId": "new-client"})
+    assert r.status_code == 200, r.text
+    assert rds.pttl(f"mqgw:{{{bc}}}:q:new-client") > 0
