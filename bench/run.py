@@ -430,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     phases = [p for p in args.phases.split(",") if p]
     mode = {"MQGW_AUTH": "true", "MQGW_OPEN_MODE": "false"} if args.secure else \
         {"MQGW_AUTH": "false", "MQGW_OPEN_MODE": "true"}
+    mode["MQGW_HMAC_KEY"] = "bench-" + os.urandom(16).hex()  # auth refuses the public default
     extra_env = {**mode, **dict(kv.split("=", 1) for kv in args.gateway_env)}
 
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")

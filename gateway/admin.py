@@ -18,12 +18,24 @@ RESET_MODES = ("earliest", "latest", "timestamp", "offset")
 
 
 async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, Any],
-                client_idle_ms: int = 7 * 86_400_000) -> dict[str, Any]:
-    """Move one consumer's committed offsets on a topic; see the README's operations section."""
+                client_idle_ms: int = 7 * 86_400_000, open_mode: bool = True) -> dict[str, Any]:
+    """Move one consumer's committed offsets on a topic; see the README's operations section.
+
+    Outside open mode only a registered consumer, and only on its registered topics: a typo in
+    the name or topic must fail rather than create offsets nobody reads."""
     extra = set(body) - {"topic", "to", "timestamp", "offset", "queue", "clientId"}
     if extra:
         raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
     topic = check_topic(body.get("topic"))
+    client = body.get("clientId")
+    if client is not None and client != "*":
+        client = check_name(client, "clientId")
+    cfg = await store.get_config(group)
+    registered = cfg.get("registered") == "1"
+    if not registered and not open_mode:
+        raise not_found("unknown_consumer", f"consumer {group!r} is not registered")
+    if registered and f",{topic}," not in cfg.get("topics", ""):
+        raise bad_request("topic_not_allowed", f"consumer {group!r} is not registered for topic {topic!r}")
     mode = body.get("to")
     if mode not in RESET_MODES:
         raise bad_request("invalid_to", f"to must be one of {', '.join(RESET_MODES)}")
@@ -57,9 +69,7 @@ async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, 
             raise bad_request("offset_out_of_range", f"offset must be between {lo} and {hi}",
                               min=lo, max=hi)
         targets = {str(queue): off}
-    client = body.get("clientId")
-    cfg = await store.get_config(group)
-    if cfg.get("registered") == "1":  # a hash of the other mode is one no reader ever uses
+    if registered:  # a hash of the other mode is one no reader ever uses
         if cfg.get("mode") == "cluster" and client:
             raise bad_request("client_id_not_allowed",
                               f"consumer {group!r} is registered in cluster mode: leave out clientId")
@@ -69,7 +79,7 @@ async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, 
     if client == "*":
         clients = [c for c, _ in await store.clients(group)]
     else:
-        clients = [check_name(client, "clientId")] if client else [""]
+        clients = [client] if client else [""]
     moved: list[dict[str, Any]] = []
     for c in clients:
         for q, old, new in await store.reset(group, c, topic, targets):

@@ -83,6 +83,12 @@ def run_admin(a: argparse.Namespace) -> int:
     headers = {"authorization": f"Bearer {a.key}"} if a.key else {}
     params = {k: v for k, v in (query or {}).items() if v is not None}
     try:
+        if a.command == "consumers-set" and body and "burst" not in (body.get("rateLimit") or {"burst": 0}):
+            # PATCH replaces rateLimit whole: keep the burst set before unless --burst is given
+            cur = httpx.get(a.url.rstrip("/") + path, headers=headers, timeout=a.timeout)
+            burst = ((cur.json() or {}).get("rateLimit") or {}).get("burst") if cur.is_success else None
+            if burst is not None:
+                body["rateLimit"]["burst"] = burst
         r = httpx.request(method, a.url.rstrip("/") + path, json=body, params=params,
                           headers=headers, timeout=a.timeout)
     except httpx.HTTPError as e:

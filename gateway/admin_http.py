@@ -77,7 +77,7 @@ async def reset_route(request: Request) -> Response:
     gw = await _admin(request)
     group = check_name(request.path_params["group"], "consumer")
     return JSON(await admin.reset(gw.store, gw.broker, group, await _object_body(request, gw),
-                                  gw.settings.client_idle_ms))
+                                  gw.settings.client_idle_ms, gw.settings.open_mode))
 
 
 # -- producers -------------------------------------------------------------------------------

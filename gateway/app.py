@@ -26,7 +26,7 @@ from .alerts import AlertMonitor
 from .auth import Authorizer, KeyStore
 from .broker import Broker, UnknownTopic
 from .broker.kafka import KafkaBroker
-from .config import Settings
+from .config import DEV_HMAC_KEY, Settings
 from .consume import ConsumeService
 from .errors import ApiError, BrokerUnavailable
 from .http import JSON, data_routes
@@ -67,6 +67,10 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if settings.auth and settings.hmac_key == DEV_HMAC_KEY:
+            # API keys guard nothing if anyone can sign a requestId that acks any offset range
+            raise RuntimeError("auth is on but MQGW_HMAC_KEY is the public default: set a secret "
+                               "shared by all nodes (e.g. openssl rand -hex 32)")
         r = connect_redis(settings.redis_url)
         b = broker or KafkaBroker(settings.kafka_bootstrap, extra=settings.kafka_extra(),
                                   pool_size=settings.fetch_pool_size, max_batch=settings.max_messages,
@@ -79,7 +83,7 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
         auth = Authorizer(settings.auth, keys)
         consume = ConsumeService(settings, store, b, wm, RequestIdCodec(settings.hmac_key), auth)
         spec = _SPEC.read_bytes() if _SPEC.is_file() else b""
-        if settings.hmac_key == Settings.hmac_key:
+        if settings.hmac_key == DEV_HMAC_KEY:  # only without auth (refused above)
             log.warning("MQGW_HMAC_KEY is the public default: anyone can forge requestIds. "
                         "Set a secret key shared by all nodes.")
         if not settings.auth:
@@ -107,8 +111,12 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
         HTTPException: _http_error,
         UnknownTopic: _unknown_topic,
         BrokerUnavailable: _unavailable,
+        # unreachable, failing over, loading, read-only replica, cluster down: all "try again"
         redis.exceptions.ConnectionError: _unavailable,
         redis.exceptions.TimeoutError: _unavailable,
+        redis.exceptions.ReadOnlyError: _unavailable,
+        redis.exceptions.ClusterDownError: _unavailable,
+        redis.exceptions.TryAgainError: _unavailable,
         Exception: _internal,
     })
 

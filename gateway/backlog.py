@@ -27,6 +27,9 @@ log = logging.getLogger("mqgw.backlog")
 #: Concurrent broker reads for ages, per call.
 PEEK_CONCURRENCY = 8
 PEEK_TIMEOUT_S = 5.0
+#: All peeks of one view or alert evaluation together: well inside the alert lock's 30 s, so an
+#: evaluation never outlives its lock (and gets dropped) because the broker is slow.
+PEEK_BUDGET_S = 10.0
 #: Commands per pipeline round trip.
 _CHUNK = 500
 _NODE_ID = f"{socket.gethostname()}:{os.getpid()}"
@@ -158,7 +161,11 @@ class _Peeks:
                 for row in self.rows[key]:
                     row["oldestAgeMs"] = age
 
-        await asyncio.gather(*(one(k) for k in self.rows))
+        try:  # with the broker down every peek would take its timeout: bound them all together
+            await asyncio.wait_for(asyncio.gather(*(one(k) for k in self.rows)), PEEK_BUDGET_S)
+        except TimeoutError:
+            log.warning("backlog ages: broker peeks took over %.0f s; the rest are unknown",
+                        PEEK_BUDGET_S)
 
     async def _timestamp(self, topic: str, queue: str, offset: int) -> int | None:
         """Timestamp of the first readable record at or after ``offset`` (None: unknown)."""

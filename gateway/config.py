@@ -13,6 +13,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 
+#: The default requestId signing key: public, so fit only for development (auth refuses it).
+DEV_HMAC_KEY = "mqgw-dev-key-change-me"
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -20,7 +24,7 @@ class Settings:
     #: Extra librdkafka settings (``KAFKA_CONFIG`` as ``k=v,k=v``), e.g. SASL/TLS.
     kafka_config: str = ""
     #: HMAC key that signs requestIds. All nodes must share it.
-    hmac_key: str = "mqgw-dev-key-change-me"
+    hmac_key: str = DEV_HMAC_KEY
     #: Redis key prefix, so several gateways can share one Redis.
     key_prefix: str = "mqgw"
     #: Default lock (consume) timeout for consumers that set none.

@@ -100,7 +100,12 @@ class ConsumeService:
                 raise await self._refused(chosen.reason, p)
             if not announced:  # only names choose.lua accepted (key, registration) are listed
                 announced = True
-                await self._announce(p.group)
+                try:
+                    await self._announce(p.group)
+                except BaseException:
+                    if isinstance(chosen, Lock):
+                        await asyncio.shield(self._give_back(p, chosen))
+                    raise
             if isinstance(chosen, (Paused, RateLimited)):  # answered at once, never long-polled
                 body = {"status": "paused", "topic": p.topic, "messages": []}
                 if isinstance(chosen, RateLimited):
@@ -179,6 +184,11 @@ class ConsumeService:
                 return res, {"from": start, "to": first, "reason": "gap" if res.records else "no_records"}
         return res, None
 
+    async def _give_back(self, p: FetchParams, lock: Lock) -> None:
+        await self.store.unlock(p.group, p.client_id, p.topic, lock.queue, lock.token)
+        if lock.charged:
+            await self.store.refund(p.group, lock.allowance)
+
     async def _pull(self, p: FetchParams, lock: Lock) -> dict[str, Any] | None:
         """Read the locked queue; None (with the lock released or the gap committed) if empty."""
         start = lock.committed
@@ -186,9 +196,9 @@ class ConsumeService:
             res, skipped = await self._read(p, lock.queue, start, lock.allowance)
         except BaseException:
             # The broker failed (or the client went away): free the queue for the next fetch now
-            # rather than after the consume timeout.
-            await asyncio.shield(self.store.unlock(p.group, p.client_id, p.topic, lock.queue,
-                                                   lock.token))
+            # rather than after the consume timeout, and give back the rate-limit tokens charged
+            # for records nobody received (a broker blip must not turn into 429s afterwards).
+            await asyncio.shield(self._give_back(p, lock))
             raise
         self.wm.observe(p.topic, lock.queue, res.high_watermark)
         if lock.charged and len(res.records) < lock.allowance:  # rare: a read came back short

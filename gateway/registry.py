@@ -186,6 +186,10 @@ class Registry:
             for f in ("topics", "mode"):
                 if f in fields and fields[f] is None:
                     raise bad_request(f"invalid_{f}", f"a registered consumer needs {f}")
+        elif {"topics", "mode"} & set(fields):  # only a registration holds a consumer to them
+            raise bad_request("registration_required", f"consumer {group!r} is not registered: "
+                              "topics and mode are enforced only for registered consumers "
+                              f"(PUT /admin/consumers/{group})")
         key = self.store.config_key(group)
         sets = {k: v for k, v in fields.items() if v is not None}
         sets["updated_ms"] = str(now_ms())
@@ -195,10 +199,23 @@ class Registry:
                 pipe.hdel(key, *dels)
             pipe.hset(key, mapping=sets)
             await pipe.execute()
+        if cfg.get("registered") != "1":  # settings of an open-mode name: list it (and watch
+            await self.redis.sadd(self.store.registry_key("seen"), group)  # its alert thresholds)
         return consumer_view(group, await self.config(group), self.settings)
 
+    async def require_known(self, group: str) -> dict[str, str]:
+        """The consumer's config; 404 unless it is registered or open mode serves it, so that an
+        operator's typo fails instead of pausing or resetting a name nobody consumes as."""
+        cfg = await self.config(group)
+        if cfg.get("registered") != "1" and not self.settings.open_mode:
+            raise not_found("unknown_consumer", f"consumer {group!r} is not registered")
+        return cfg
+
     async def set_paused(self, group: str, paused: bool) -> None:
+        cfg = await self.require_known(group)
         await self.store.set_config(group, {"paused": "1" if paused else "0", "updated_ms": now_ms()})
+        if cfg.get("registered") != "1":  # as patch_consumer: an open-mode name with settings is listed
+            await self.redis.sadd(self.store.registry_key("seen"), group)
 
     async def delete_consumer(self, group: str, delete_offsets: bool) -> dict[str, Any]:
         """Unregister: settings and rate bucket go; offsets too if asked. Key grants stay with

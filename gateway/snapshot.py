@@ -72,6 +72,7 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .files import fsync_path
 from .store import QueueState, parse_queue_hash
 
 #: The file schema: a contract with the report job (``mqgw report``). Add columns at the end only.
@@ -206,12 +207,29 @@ def _num(v: str | None) -> float | None:
     return x if math.isfinite(x) else None
 
 
+_I64 = 1 << 63
+
+
 def _parse(fields: dict[str, str], stats: Stats) -> list[QueueState]:
+    """The hash's queues, minus any that cannot be a real state.
+
+    choose.lua writes a queue's ``max`` and ``com`` together (a reset to 0 of a queue never read
+    writes ``com`` alone), so a queue without ``com``, or without ``max`` above 0, was read half:
+    its hash was deleted (unregister, an expired clientId) between two HSCAN rounds. Defaulting
+    the missing field to 0 would report a phantom lag (and a phantom rate in the next sample), so
+    such queues are left out. A value outside int64 (a hand-edited hash) skips the whole hash
+    rather than lose the whole sample."""
     try:
-        return parse_queue_hash(fields)
-    except ValueError:  # a hand-edited hash: skip it rather than lose the whole sample
+        states = parse_queue_hash(fields)
+    except ValueError:
         stats.errors += 1
         return []
+    if any(not -_I64 <= v < _I64 for q in states
+           for v in (q.max_offset, q.committed, q.lock_ms, q.access_ms)):
+        stats.errors += 1
+        return []
+    return [q for q in states if f"{q.topic}:{q.queue}:com" in fields
+            and (q.committed == 0 or f"{q.topic}:{q.queue}:max" in fields)]
 
 
 async def collect(redis: Any, prefix: str = "mqgw", default_timeout_ms: int = 60_000,
@@ -261,6 +279,8 @@ async def collect(redis: Any, prefix: str = "mqgw", default_timeout_ms: int = 60
             tokens = float(tokens)
         else:
             rate = None
+        if timeout is not None:  # a hand-edited 1e30 still means "never expires", in int64
+            timeout = min(max(timeout, 0), _I64 - 1)
         per_group[g] = (int(timeout) if timeout is not None else default_timeout_ms,
                         cfg.get("paused") == "1", cfg.get("registered") == "1", rate, tokens)
     for key, st in zip(keys, states):
@@ -338,11 +358,7 @@ def write_table(table: pa.Table, out_dir: str | os.PathLike[str], ts: int | dt.d
         except FileNotFoundError:
             pass
         raise
-    fd = os.open(final.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(final.parent)
     return final
 
 

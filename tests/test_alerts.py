@@ -408,6 +408,18 @@ def test_ages_retention_broker_errors_and_gauges_in_process(redis_url: str) -> N
             real_fetch, b.fetch = b.fetch, broken  # type: ignore[method-assign]
             [c] = await backlog.collect(gw, [g])
             assert c["totalBacklog"] == 5 and c["oldestAgeMs"] is None  # unknown, not an error
+
+            async def hanging(*args: Any) -> Any:  # a broker that accepts and never answers
+                await asyncio.sleep(3600)
+            b.fetch = hanging  # type: ignore[method-assign]
+            budget = backlog.PEEK_BUDGET_S
+            backlog.PEEK_BUDGET_S = 0.3  # every peek would wait PEEK_TIMEOUT_S (5 s)
+            try:
+                t0 = time.monotonic()
+                [c] = await backlog.collect(gw, [g])
+                assert time.monotonic() - t0 < 2 and c["oldestAgeMs"] is None
+            finally:
+                backlog.PEEK_BUDGET_S = budget
             b.fetch = real_fetch  # type: ignore[method-assign]
 
             mon = AlertMonitor(gw)

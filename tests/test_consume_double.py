@@ -160,3 +160,32 @@ def test_non_utf8_records_come_back_as_base64(redis_url: str) -> None:
         assert raw["encoding"] == "base64" and raw["value"] == "/gA=" and raw["key"] == "/w=="
         assert raw["headers"] == [["h", "gA=="]]
     run(redis_url, b, body)
+
+
+def test_a_failed_read_gives_back_its_lock_and_its_rate_limit_tokens(redis_url: str) -> None:
+    """choose.lua charges the bucket before the read; a broker failure must not keep the charge
+    (a blip would turn into 429s afterwards) nor the lock (the queue would wait for its timeout)."""
+    from gateway.errors import BrokerUnavailable
+
+    b = MemoryBroker()
+    b.create(T, 1)
+    b.append(T, "0", *[f"v{i}" for i in range(20)])
+    g = unique()
+    real_fetch = b.fetch
+
+    async def failing_fetch(*a: Any) -> Any:
+        raise BrokerUnavailable("broker down")
+
+    async def body(svc: ConsumeService) -> None:
+        store = svc.store
+        await store.set_config(g, {"rate": "1.0", "burst": "10"})
+        b.fetch = failing_fetch  # type: ignore[method-assign]
+        for _ in range(3):  # each would charge 10 tokens of a bucket of 10
+            with pytest.raises(BrokerUnavailable):
+                await svc.fetch(params(g, max_messages=10))
+        tokens = float(await store.redis.hget(store.bucket_key(g), "tokens"))
+        assert tokens >= 9.9  # all given back (plus what refilled meanwhile, capped at burst)
+        b.fetch = real_fetch  # type: ignore[method-assign]
+        got = await svc.fetch(params(g, max_messages=10))  # not 429, and not locked out
+        assert got["status"] == "ok" and values(got) == [f"v{i}" for i in range(10)]
+    run(redis_url, b, body)

@@ -184,3 +184,39 @@ def test_random_garbage_never_gives_500(api: Api, topic: str) -> None:
             assert r.status_code < 500, (path, body, r.text)
             if r.status_code >= 400:
                 assert isinstance(r.json()["error"]["code"], str)
+
+
+@pytest.mark.timeout(60)
+def test_a_read_only_redis_is_503_not_500(bootstrap: str, tmp_path, topic: str) -> None:
+    """A failover in progress (the node's Redis became a replica) is "retry shortly", like an
+    unreachable Redis, never an internal error."""
+    import redis as sync_redis
+
+    from gateway import devstack
+
+    from .conftest import start_node
+
+    r = devstack.start_redis()
+    node = None
+    try:
+        url = r.extra["url"]
+        with sync_redis.Redis.from_url(url) as c:  # a replica of a master that is not there
+            c.execute_command("REPLICAOF", "127.0.0.1", str(devstack.free_port()))
+        node = start_node(url, bootstrap, tmp_path)
+        got = httpx.get(f"{node.url}/message", params={"consumer": unique(), "topic": topic}, timeout=10)
+        expect(got, 503, "unavailable")
+        assert got.headers["retry-after"] == "1"
+    finally:
+        if node is not None:
+            node.stop()
+        r.stop()
+
+
+@pytest.mark.timeout(60)
+def test_auth_with_the_public_hmac_key_refuses_to_start(redis_url: str, bootstrap: str, tmp_path) -> None:
+    from gateway.config import DEV_HMAC_KEY
+
+    from .conftest import start_node
+
+    with pytest.raises(RuntimeError, match="MQGW_HMAC_KEY is the public default"):
+        start_node(redis_url, bootstrap, tmp_path, auth="true", hmac_key=DEV_HMAC_KEY)

@@ -123,6 +123,41 @@ def test_open_mode_serves_unregistered_names_but_holds_registered_ones_to_their_
     assert code(r) == (403, "topic_not_allowed")
 
 
+@pytest.mark.timeout(60)
+def test_operator_actions_refuse_names_and_topics_outside_the_registry(
+        sec: Secure, api: Api, make_topic: Callable[..., str]) -> None:
+    """A typo in a consumer name or topic fails loudly instead of pausing or resetting nothing
+    (and leaving state nobody reads)."""
+    topic, other = make_topic(1), make_topic(1)
+    ghost, g = unique("ghost"), unique("g")
+    for action in ("pause", "resume"):
+        r = sec.call("POST", f"/admin/consumers/{ghost}/{action}", sec.admin_key)
+        assert code(r) == (404, "unknown_consumer")
+    r = sec.call("POST", f"/admin/consumers/{ghost}/reset", sec.admin_key, json={"topic": topic, "to": "latest"})
+    assert code(r) == (404, "unknown_consumer")
+    assert code(sec.call("GET", f"/admin/consumers/{ghost}", sec.admin_key)) == (404, "unknown_consumer")
+    sec.admin("PUT", f"/admin/consumers/{g}", json={"topics": [topic]})
+    r = sec.call("POST", f"/admin/consumers/{g}/reset", sec.admin_key, json={"topic": other, "to": "latest"})
+    assert code(r) == (400, "topic_not_allowed")
+    for bad in (False, 0, "", [], "a b"):  # never read as "no clientId" (the cluster offsets)
+        r = sec.call("POST", f"/admin/consumers/{g}/reset", sec.admin_key,
+                     json={"topic": topic, "to": "latest", "clientId": bad})
+        assert code(r) in ((400, "invalid_client_id"), (400, "missing_client_id")), bad
+    assert sec.admin("POST", f"/admin/consumers/{g}/reset", json={"topic": topic, "to": "latest"})["consumer"] == g
+    assert sec.admin("POST", f"/admin/consumers/{g}/pause")["paused"] is True
+    # open mode: unregistered names may be paused, but topics and mode need a registration
+    free = unique("free")
+    assert api.http.post(api.url(f"/admin/consumers/{free}/pause")).json()["paused"] is True
+    listed = api.http.get(api.url("/admin/consumers")).json()["consumers"]
+    assert free in {c["consumer"] for c in listed}  # a name with settings is never hidden
+    assert api.message(0, consumer=free, topic=topic).json()["status"] == "paused"
+    r = api.http.patch(api.url(f"/admin/consumers/{free}"), json={"topics": [other]})
+    assert code(r) == (400, "registration_required")
+    r = api.http.patch(api.url(f"/admin/consumers/{free}"), json={"mode": "broadcast", "paused": False})
+    assert code(r) == (400, "registration_required")
+    assert api.http.patch(api.url(f"/admin/consumers/{free}"), json={"paused": False}).json()["paused"] is False
+
+
 def _drain_rate_limited(urls: list[str], g: str, topic: str, seconds: float) -> tuple[int, float, int]:
     """Consumers on every node as fast as they can; returns (delivered, elapsed, 429 answers)."""
     delivered, limited = [0], [0]

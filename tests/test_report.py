@@ -107,6 +107,9 @@ def _rows_at(k: int) -> list[dict]:
             client_id="c2")
     add("fanout", "audit", "0", 650_000, 650_000, client_id="c0",
         last_access_ms=T0_MS - 7_200_000)
+    # c3 is stalled behind a backlog, then expires at k=16 (its hash is gone): stuck if counted
+    if k < 16:
+        add("fanout", "audit", "0", 660_000, 659_500, client_id="c3", last_access_ms=t - 700)
     # sleepy never accessed anything; edge was last seen exactly --idle-after before the end
     add("sleepy", "audit", "0", 600_000, 600_000, last_access_ms=None)
     add("edge", "audit", "1", 800_000, 800_000, last_access_ms=END_MS - 3_600_000)
@@ -175,6 +178,8 @@ QUEUES = {
                                           mode="broadcast"),
     ("fanout", "c0", "audit", "0"): dict(lag=0, production_rate=0.0, consumption_rate=0.0,
                                           drain_status="drained", stalled_s=0.0, stuck=False),
+    ("fanout", "c3", "audit", "0"): dict(lag=500, stalled_s=960.0, samples=16, gone=True,
+                                          drain_status="never"),
     ("sleepy", "", "audit", "0"): dict(lag=0, production_rate=0.0, consumption_rate=0.0,
                                         last_access_ms=None, mode="cluster"),
     ("edge", "", "audit", "1"): dict(lag=0, last_access_ms=END_MS - 3_600_000),
@@ -266,6 +271,7 @@ def test_queue_figures(local_report: Path) -> None:
     assert set(rows) == set(QUEUES)
     for key, want in QUEUES.items():
         _check(rows[key], want, key)
+        assert rows[key]["gone"] == want.get("gone", False), key
     # the reset: committed went back 4000; rate from positive increments only, over the window
     r = rows[("resetter", "", "events", "1")]
     assert r["consumption_rate"] == 9920 * 1000.0 / 2_048_000 > 0
@@ -317,8 +323,10 @@ def test_outputs_and_summary(local_report: Path) -> None:
         assert csv.splitlines()[0].startswith('"')  # a header row
     assert not list(local_report.glob(".*"))  # no temporary files left
     s = json.loads((local_report / "summary.json").read_text())
-    assert s["counts"] == {"rows": 14 * 33 - 16 - 24 + 0, "queues": 14, "samples": 33,
-                           "consumers": 10, "topics": 3, "stuck": 3, "idle": 2, "never": 6}
+    # c3 is gone: in the queue count, but not in consumers, stuck or never draining
+    assert s["counts"] == {"rows": 15 * 33 - 16 - 24 - 17, "queues": 15, "gone": 1,
+                           "samples": 33, "consumers": 10, "topics": 3, "stuck": 3, "idle": 2,
+                           "never": 6}
     assert s["window"]["first_sample"] == "2024-05-01T23:30:00.000Z"
     assert s["window"]["last_sample"] == "2024-05-02T00:04:08.000Z"
     assert s["window"]["span_s"] == 2048.0

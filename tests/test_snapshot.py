@@ -530,7 +530,9 @@ def test_collect_in_process_matches_the_files_it_writes(redis_url: str, rds: red
     prefix = unique("snapunit")
     now = int(time.time() * 1000)
     rds.hset(f"{prefix}:{{a}}:q", mapping={"t:0:max": 7, "t:0:com": 2, "t:0:lock": now - 500,
-                                          "t:0:acc": now - 500, "t:0:rtok": 3, "t:1:max": 1})
+                                          "t:0:acc": now - 500, "t:0:rtok": 3, "t:1:com": 0,
+                                          # read half (deleted between HSCAN rounds): left out
+                                          "t:2:max": 5, "t:3:com": 4})
     rds.hset(f"{prefix}:{{a}}:cfg", mapping={"rate": "2.0", "burst": "10", "consume_timeout_ms": "1500"})
     rds.hset(f"{prefix}:{{a}}:rl", mapping={"tokens": "1.5", "ts": str(now - 1000)})
     rds.hset(f"{prefix}:{{b}}:q:host.1", mapping={"u:3:max": 4, "u:3:com": 4})
@@ -538,6 +540,9 @@ def test_collect_in_process_matches_the_files_it_writes(redis_url: str, rds: red
     rds.set(f"{prefix}:{{c}}:q", "not a hash")  # matches the pattern, is skipped
     rds.hset(f"{prefix}:{{d}}:q", mapping={"t:0:max": "x"})  # not a number: skipped too
     rds.hset(f"{prefix}:{{c}}:quota", mapping={"x:0:max": 1})  # not a queue hash
+    rds.hset(f"{prefix}:{{e}}:q", mapping={"t:0:max": 2**63, "t:0:com": 0})  # past int64: skipped
+    rds.hset(f"{prefix}:{{b}}:q", mapping={"u:3:max": 6, "u:3:com": 6})
+    rds.hset(f"{prefix}:{{b}}:cfg", mapping={"consume_timeout_ms": "1e30"})  # hand-edited: "never"
     rds.hset(f"{prefix}:{{wm:t}}", mapping={"queues": "0,1", "0:lo": 1, "0:hi": 9, "1:lo": 0, "1:hi": 0})
 
     async def go() -> dict[str, Any]:
@@ -548,7 +553,7 @@ def test_collect_in_process_matches_the_files_it_writes(redis_url: str, rds: red
             await r.aclose()
 
     summary = asyncio.run(go())
-    assert summary["errors"] == 2 and summary["queue_keys"] == 4
+    assert summary["errors"] == 3 and summary["queue_keys"] == 6
     t = pq.read_table(summary["path"])
     ts = summary["ts"]
     rows = [{k: v for k, v in r.items() if k != "ts"} for r in t.to_pylist()]
@@ -559,12 +564,17 @@ def test_collect_in_process_matches_the_files_it_writes(redis_url: str, rds: red
          "paused": False, "registered": False, "rate_limit": 2.0,
          "rate_tokens": min(10, 1.5 + (ts - (now - 1000)) * 2.0 / 1000)},
         {"consumer": "a", "client_id": "", "mode": "cluster", "broker": "kafka", "topic": "t", "queue": "1",
-         "max_offset": 1, "committed_offset": 0, "low_watermark": 0, "high_watermark": 0,
+         "max_offset": 0, "committed_offset": 0, "low_watermark": 0, "high_watermark": 0,
          "lock_age_ms": None, "lock_timeout_ms": 1500, "last_access_ms": None,
          "paused": False, "registered": False, "rate_limit": 2.0,
          "rate_tokens": min(10, 1.5 + (ts - (now - 1000)) * 2.0 / 1000)},
+        {"consumer": "b", "client_id": "", "mode": "cluster", "broker": "kafka", "topic": "u",
+         "queue": "3", "max_offset": 6, "committed_offset": 6, "low_watermark": None,
+         "high_watermark": None, "lock_age_ms": None, "lock_timeout_ms": 2**63 - 1,
+         "last_access_ms": None, "paused": False, "registered": False, "rate_limit": 3.0,
+         "rate_tokens": 3.0},
         {"consumer": "b", "client_id": "host.1", "mode": "broadcast", "broker": "kafka", "topic": "u",
          "queue": "3", "max_offset": 4, "committed_offset": 4, "low_watermark": None,
-         "high_watermark": None, "lock_age_ms": None, "lock_timeout_ms": 30_000, "last_access_ms": None,
+         "high_watermark": None, "lock_age_ms": None, "lock_timeout_ms": 2**63 - 1, "last_access_ms": None,
          "paused": False, "registered": False, "rate_limit": 3.0, "rate_tokens": 3.0},
     ]

@@ -139,7 +139,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     if "://" not in snapshots:
         if not os.path.isdir(snapshots):
             raise ValueError(f"--snapshots {snapshots!r} is not a directory")
-        snapshots = os.path.abspath(snapshots)
+        # a URI, so that a cluster whose default filesystem is HDFS still reads this local path
+        snapshots = Path(snapshots).resolve().as_uri()
     since = parse_time(args.since) if args.since else None
     until = parse_time(args.until) if args.until else None
     if since is not None and until is not None and until <= since:
@@ -195,14 +196,16 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
         queues.unpersist()
         return None
     first_ms, end_ms = b["first_ms"], b["last_ms"]
-    consumers = M.consumer_stats(queues, end_ms, o["idle_after_ms"]).persist()
+    every = M.mark_gone(queues, end_ms)
+    live = every.where(~F.col("gone"))  # current figures count only queues still there
+    consumers = M.consumer_stats(live, end_ms, o["idle_after_ms"]).persist()
     by_lag = [F.desc("lag")]
     dfs = {
-        "queues": queues.drop("first_ms", "last_ms").orderBy(*M.queue_order()),
+        "queues": every.drop("first_ms", "last_ms").orderBy(*M.queue_order()),
         "consumers": consumers.orderBy(*by_lag, *M.WHO),
-        "topics": M.topic_stats(queues).orderBy(*by_lag, "broker", "topic"),
-        "stuck": M.stuck_stats(queues).orderBy(F.desc("stalled_s"), *by_lag, *M.queue_order()),
-        "idle": M.idle_stats(queues, consumers, end_ms, o["idle_after_ms"]).orderBy(
+        "topics": M.topic_stats(live).orderBy(*by_lag, "broker", "topic"),
+        "stuck": M.stuck_stats(live).orderBy(F.desc("stalled_s"), *by_lag, *M.queue_order()),
+        "idle": M.idle_stats(live, consumers, end_ms, o["idle_after_ms"]).orderBy(
             F.col("idle_s").desc_nulls_first(), "kind", *M.WHO),
         "top": consumers.where(F.col("lag") > 0).orderBy(*by_lag, *M.WHO).limit(o["top"]),
     }
@@ -211,7 +214,7 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
         tables[name] = df.toArrow()
         clock(f"table_{name}")
     tables["top"] = _with_rank(tables["top"])
-    readers = M.subscription_stats(queues).toArrow().to_pylist()
+    readers = M.subscription_stats(live).toArrow().to_pylist()
     clock("readers")
 
     span = end_ms - first_ms
@@ -227,7 +230,7 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
     top_series = M.consumer_lag_series(lean, dfs["top"], first_ms, line_ms).toArrow().to_pylist() \
         if tables["top"].num_rows else []
     clock("series_top")
-    heat_keys = queues.where(F.col("lag") > 0).orderBy(*by_lag, *M.queue_order()).limit(HEAT_ROWS)
+    heat_keys = live.where(F.col("lag") > 0).orderBy(*by_lag, *M.queue_order()).limit(HEAT_ROWS)
     heat_rows = heat_keys.select(*M.KEY, "lag").toArrow().to_pylist()
     heat = M.queue_lag_series(lean, heat_keys, first_ms, heat_ms).toArrow().to_pylist() \
         if heat_rows else []
@@ -242,7 +245,9 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
         "consumers": tables["consumers"].num_rows,
         "topics": tables["topics"].num_rows,
         "stuck": tables["stuck"].num_rows, "idle": tables["idle"].num_rows,
-        "never": sum(1 for s in q.column("drain_status").to_pylist() if s == "never"),
+        "gone": sum(q.column("gone").to_pylist()),
+        "never": sum(1 for s, g in zip(q.column("drain_status").to_pylist(),
+                                       q.column("gone").to_pylist()) if s == "never" and not g),
     }
     topics = tables["topics"]
     totals = {
@@ -372,6 +377,8 @@ def write(out: Path, result: dict[str, Any]) -> None:
     for name, png in charts.items():
         if png:
             _atomic(out / "charts" / f"{name}.png", lambda p, png=png: Path(p).write_bytes(png))
+        else:  # no such chart this time: an earlier run's must not pass for this one's
+            (out / "charts" / f"{name}.png").unlink(missing_ok=True)
     result["summary"].setdefault("timings_s", {})["tables_and_charts"] = \
         round(time.perf_counter() - t0, 3)
     tables = {k: result["tables"][k].to_pylist() for k in ("stuck", "top", "topics", "idle")}
@@ -383,9 +390,19 @@ def write(out: Path, result: dict[str, Any]) -> None:
 
 
 def _atomic(path: Path, write_fn) -> None:
+    """Write through a dot-file in the same directory: fsync, rename, fsync the directory. A
+    reader sees the old file or the new one, never a torn one, also after a power loss."""
+    from gateway.files import fsync_path
+
     tmp = path.with_name(f".{path.name}.tmp")
-    write_fn(str(tmp))
-    os.replace(tmp, path)
+    try:
+        write_fn(str(tmp))
+        fsync_path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,10 @@ Definitions (a *queue* is one (consumer, client_id, broker, topic, queue) series
   is 0.
 - ``stuck_backlog`` = stalled_s > --stuck-after; ``stuck_lock`` = the last sample's lock_age_ms >
   lock_timeout_ms (a lock held past the consume timeout); ``stuck`` = either.
+- ``gone``: the queue is not in the window's last sample (its consumer was unregistered with its
+  offsets, or its broadcast clientId expired). Its figures stay in the ``queues`` table, but it has
+  no *current* lag: consumers, topics, stuck queues, the top-N and the heat map count only the
+  queues that are still there.
 - Idle: a consumer or clientId whose latest ``last_access_ms`` (over all its queues and samples)
   is more than --idle-after before the end of the window (the last sample in it), or null.
 """
@@ -69,6 +73,8 @@ SPARK_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    # one snapshot file damaged by a copy or restore must not cost the whole report
+    "spark.sql.files.ignoreCorruptFiles": "true",
 }
 
 _DAY = dt.timedelta(days=1)
@@ -166,6 +172,11 @@ def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
         "paused", "registered", "rate_limit", "rate_tokens", "last_access_ms",
         "first_ms", "last_ms",
     )
+
+
+def mark_gone(queues: DataFrame, end_ms: int) -> DataFrame:
+    """Add ``gone``: the queue's last sample is older than the window's last sample."""
+    return queues.withColumn("gone", F.col("last_ms") < F.lit(end_ms))
 
 
 def window_bounds(queues: DataFrame) -> dict[str, Any]:

@@ -191,7 +191,8 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
         f'<div class="meta">{esc(_day(w["first_sample"]))} → {esc(_day(w["last_sample"]))} UTC '
         f'({esc(duration(w["span_s"]))}) · {s["counts"]["samples"]:,} samples · '
         f'{s["counts"]["rows"]:,} rows · {s["counts"]["consumers"]:,} consumers/clientIds · '
-        f'{s["counts"]["queues"]:,} queues · {s["counts"]["topics"]:,} topics · '
+        f'{s["counts"]["queues"]:,} queues{_gone(s["counts"].get("gone", 0))} · '
+        f'{s["counts"]["topics"]:,} topics · '
         f'generated {esc(s["generated_at"])}</div></header><main>',
         '<div class="cards">',
         card("Stuck queues", f"{n_stuck:,}",
@@ -304,6 +305,10 @@ def _spread(rows: Sequence[Mapping[str, Any]], total: int) -> str:
 def _day(iso: str) -> str:
     """'2024-05-01T23:30:00.000Z' -> '2024-05-01 23:30:00'."""
     return iso.replace("T", " ")[:19]
+
+
+def _gone(n: int) -> str:
+    return f" ({n:,} gone before the last sample)" if n else ""
 
 
 def _per_bucket(s: Mapping[str, Any], which: str) -> str:
