@@ -82,6 +82,9 @@ class ConsumeService:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + p.wait_ms / 1000
         skip: set[str] = set()  # queues that had nothing readable during this request
+        # queues this request took over from an expired lock: if the first read comes back empty
+        # and the queue is taken again later in the request, its batch is still a redelivery
+        taken_over: set[str] = set()
         while True:
             try:
                 wm = await self.wm.get(p.topic)
@@ -114,7 +117,9 @@ class ConsumeService:
                     body["ack"] = acked
                 return body
             if isinstance(chosen, Lock):
-                body = await self._pull(p, chosen)
+                if chosen.previous_lock_ms > 0:
+                    taken_over.add(chosen.queue)
+                body = await self._pull(p, chosen, redelivered=chosen.queue in taken_over)
                 if body is not None:
                     if acked is not None:
                         body["ack"] = acked
@@ -189,7 +194,7 @@ class ConsumeService:
         if lock.charged:
             await self.store.refund(p.group, lock.allowance)
 
-    async def _pull(self, p: FetchParams, lock: Lock) -> dict[str, Any] | None:
+    async def _pull(self, p: FetchParams, lock: Lock, redelivered: bool) -> dict[str, Any] | None:
         """Read the locked queue; None (with the lock released or the gap committed) if empty."""
         start = lock.committed
         try:
@@ -224,7 +229,7 @@ class ConsumeService:
             "offset": start,
             "nextOffset": next_offset,
             "backlog": max(lock.max_offset, res.high_watermark) - start,
-            "redelivered": lock.previous_lock_ms > 0,
+            "redelivered": redelivered,
             "lockTimeoutMs": lock.timeout_ms,
             "messages": encode_records(res.records, p.encoding),
         }

@@ -96,8 +96,10 @@ SCHEMA = pa.schema(
         pa.field("registered", pa.bool_(), nullable=False),
         pa.field("rate_limit", pa.float64()),  # messages/s; null when not rate limited
         pa.field("rate_tokens", pa.float64()),  # token bucket refilled to ts; null when not limited
+        # epoch ms of the consumer's (clientId's) last /message, whatever it returned; null if never
+        pa.field("last_poll_ms", pa.int64()),
     ],
-    metadata={"mqgw.snapshot.version": "1"},
+    metadata={"mqgw.snapshot.version": "2"},
 )
 COLUMNS = SCHEMA.names
 BROKER = "kafka"
@@ -283,9 +285,11 @@ async def collect(redis: Any, prefix: str = "mqgw", default_timeout_ms: int = 60
             timeout = min(max(timeout, 0), _I64 - 1)
         per_group[g] = (int(timeout) if timeout is not None else default_timeout_ms,
                         cfg.get("paused") == "1", cfg.get("registered") == "1", rate, tokens)
-    for key, st in zip(keys, states):
+    for key, st, fields in zip(keys, states, hashes):
         g, client = found[key]
         timeout, paused, registered, rate, tokens = per_group[g]
+        poll = _num(fields.get("poll"))
+        poll = int(poll) if poll is not None and 0 < poll < _I64 else None
         for q in st:
             wm = wms.get(q.topic, {})
             lo, hi = wm.get(f"{q.queue}:lo"), wm.get(f"{q.queue}:hi")
@@ -308,6 +312,7 @@ async def collect(redis: Any, prefix: str = "mqgw", default_timeout_ms: int = 60
             cols["registered"].append(registered)
             cols["rate_limit"].append(rate)
             cols["rate_tokens"].append(tokens)
+            cols["last_poll_ms"].append(poll)
     return ts, cols, stats
 
 

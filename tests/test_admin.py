@@ -90,12 +90,19 @@ def test_reset_rejects_acks_of_batches_fetched_before_it(api: Api, make_topic) -
 
 @pytest.mark.timeout(60)
 def test_reset_by_timestamp_end_to_end(api: Api, make_topic) -> None:
-    """The test broker answers every time look-up with offset 0, so this only checks the path;
-    the exact semantics are in test_reset_by_timestamp_semantics (broker double)."""
+    """A timestamp between two records moves to the later one. (The test broker answers a time
+    past every record with 0 instead of the end, so that case is in
+    test_reset_by_timestamp_semantics, with the broker double.)"""
     topic, g = make_topic(1), unique()
-    one_by_one(api, topic, ["t0", "t1"])
-    r = admin(api, 0, g, "reset", topic=topic, to="timestamp", timestamp=int(time.time() * 1000))
-    assert r["to"] == "timestamp" and len(r["queues"]) == 1 and 0 <= r["queues"][0]["to"] <= 2
+    one_by_one(api, topic, ["t0"])
+    time.sleep(0.05)
+    between = int(time.time() * 1000)
+    time.sleep(0.05)
+    one_by_one(api, topic, ["t1", "t2"])
+    r = admin(api, 0, g, "reset", topic=topic, to="timestamp", timestamp=between)
+    assert r["to"] == "timestamp" and [q["to"] for q in r["queues"]] == [1]
+    got = api.message(1, consumer=g, topic=topic, max=10).json()
+    assert values(got) == ["t1", "t2"]
 
 
 def test_reset_by_timestamp_semantics(redis_url: str) -> None:

@@ -189,3 +189,33 @@ def test_a_failed_read_gives_back_its_lock_and_its_rate_limit_tokens(redis_url: 
         got = await svc.fetch(params(g, max_messages=10))  # not 429, and not locked out
         assert got["status"] == "ok" and values(got) == [f"v{i}" for i in range(10)]
     run(redis_url, b, body)
+
+
+def test_a_redelivery_stays_one_when_its_first_read_comes_back_empty(redis_url: str) -> None:
+    """A read that says nothing (a slow broker) frees the queue for a re-check; when the same
+    long poll takes it again, the batch is still the expired holder's records: redelivered."""
+    from gateway.broker import FetchResult
+
+    b = MemoryBroker()
+    b.create(T, 1)
+    b.append(T, "0", "a", "b")
+    g = unique()
+    real_fetch = b.fetch
+    silent = [0]
+
+    async def flaky_fetch(*a: Any) -> Any:
+        if silent[0]:
+            silent[0] -= 1
+            return FetchResult([], -1)  # no records, nothing said about the log
+        return await real_fetch(*a)
+
+    async def body(svc: ConsumeService) -> None:
+        await svc.store.set_config(g, {"consume_timeout_ms": "100"})
+        first = await svc.fetch(params(g))
+        assert values(first) == ["a", "b"] and first["redelivered"] is False
+        await asyncio.sleep(0.15)  # its lock expires, never acked
+        b.fetch = flaky_fetch  # type: ignore[method-assign]
+        silent[0] = 1
+        again = await svc.fetch(params(g, wait_ms=3000))
+        assert values(again) == ["a", "b"] and again["redelivered"] is True
+    run(redis_url, b, body)

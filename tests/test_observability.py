@@ -677,18 +677,8 @@ def test_multiprocess_totals_are_exact_whichever_worker_answers(tmp_path: Path) 
     assert not [ln for ln in lines if "uvicorn.access" in ln]  # --no-access-log still holds
 
 
-# -- real gateway nodes (run once gateway.app wires logs and metrics) -------------------------
+# -- real gateway nodes -----------------------------------------------------------------------------
 
-def _gateway_wired() -> bool:
-    src = "".join((ROOT / "gateway" / f).read_text() for f in ("app.py", "http.py"))
-    return "RequestContext" in src and "metrics_route" in src
-
-
-gateway_wired = pytest.mark.skipif(not _gateway_wired(),
-                                   reason="gateway.app does not wire gateway.logs/metrics yet")
-
-
-@gateway_wired
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("workers", [1, 2])
 def test_gateway_serve_metrics_and_json_logs(workers: int, redis_url: str, bootstrap: str,
@@ -750,7 +740,6 @@ def test_gateway_serve_metrics_and_json_logs(workers: int, redis_url: str, boots
     assert len(health) == 1 and health[0]["route"] == "/healthz"
 
 
-@gateway_wired
 @pytest.mark.timeout(120)
 def test_gateway_counts_pauses_rate_limits_redeliveries_stale_acks_and_backlog(
         node_factory: Callable[..., Any], make_topic: Callable[..., str]) -> None:

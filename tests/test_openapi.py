@@ -16,6 +16,7 @@ key is written to Redis with ``KeyStore.create``, as an operator would bootstrap
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import base64
 import re
 import time
@@ -1266,13 +1267,30 @@ def test_body_too_large(node_factory: Callable[..., Node], shared_topic: str, do
         api.http.close()
 
 
+@contextlib.contextmanager
+def lone_node(redis_url: str, bootstrap: str, tmp: Path) -> Iterator[Api]:
+    """One node of its own (e.g. pointed at a dead Redis or broker), stopped afterwards."""
+    node = start_node(redis_url, bootstrap, tmp)
+    api = Api([node.url])
+    try:
+        yield api
+    finally:
+        api.http.close()
+        node.stop()
+
+
+def dependency_errors(api: Api, dependency: str) -> float:
+    text = call(api, "GET", "/metrics", status=200)
+    m = re.search(rf'^mqgw_dependency_errors_total\{{dependency="{dependency}"\}} (\S+)$', text, re.M)
+    assert m, f"mqgw_dependency_errors_total{{dependency={dependency!r}}} is missing"
+    return float(m.group(1))
+
+
 @pytest.mark.timeout(120)
 def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: str,
                                 done: Callable[[], None]) -> None:
     dead = f"redis://127.0.0.1:{devstack.free_port()}/0"  # nothing listens there
-    node = start_node(dead, bootstrap, tmp_path)
-    api = Api([node.url])
-    try:
+    with lone_node(dead, bootstrap, tmp_path) as api:
         ready = call(api, "GET", "/readyz", status=503)
         assert ready == {"status": "unavailable", "checks": {"redis": False, "broker": True}}
         assert call(api, "GET", "/healthz", status=200) == {"status": "ok"}
@@ -1307,8 +1325,10 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
             ("GET", "/admin/alerts", "/admin/alerts", {}),
             ("POST", "/admin/alerts/evaluate", "/admin/alerts/evaluate", {}),
         ]
+        before = dependency_errors(api, "redis")
         for method, path, template, kw in cases:
             call(api, method, path, template, 503, "unavailable", **kw)
+        assert dependency_errors(api, "redis") - before == len(cases)  # every 503, once
         # every operation that reads or writes Redis is covered: all but the open ones
         covered = {(t, m.lower()) for m, _, t, _ in cases}
         assert covered == {(p, m) for p, m, _ in operations() if (p, m) not in OPEN_OPERATIONS}
@@ -1316,9 +1336,22 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
         produce(api, {"topic": shared_topic, "value": "still works"})
         assert "mqgw_requests_total" in call(api, "GET", "/metrics", status=200)
         done()
-    finally:
-        api.http.close()
-        node.stop()
+
+
+@pytest.mark.timeout(120)
+def test_broker_unavailable(redis_url: str, tmp_path: Path) -> None:
+    """Kafka unreachable: readiness fails, and producing or fetching answers 503 (after the
+    metadata timeout), never a 500 or a hang; the metric counts it."""
+    dead = f"127.0.0.1:{devstack.free_port()}"  # nothing listens there
+    with lone_node(redis_url, dead, tmp_path) as api:
+        ready = call(api, "GET", "/readyz", status=503)
+        assert ready == {"status": "unavailable", "checks": {"redis": True, "broker": False}}
+        t0 = time.monotonic()
+        call(api, "POST", "/produce", "/produce", 503, "unavailable", json={"topic": "t", "value": "x"})
+        call(api, "GET", "/message", "/message", 503, "unavailable",
+             params={"consumer": unique(), "topic": "t"})
+        assert time.monotonic() - t0 < 30
+        assert dependency_errors(api, "broker") == 2
 
 
 def test_zz_every_operation_was_exercised() -> None:

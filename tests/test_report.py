@@ -34,15 +34,15 @@ from pathlib import Path
 
 import pytest
 
-pa = pytest.importorskip("pyarrow")
-pytest.importorskip("pyspark")
-pytest.importorskip("matplotlib")
-import pyarrow.parquet as pq  # noqa: E402
+import matplotlib  # noqa: F401  (dev dependencies: missing is a failure, not a skip)
+import pyarrow.parquet as pq
+import pyspark  # noqa: F401
 
-if not shutil.which("java"):
-    pytest.skip("Spark needs Java 17+ (Debian: openjdk-17-jre-headless)", allow_module_level=True)
+from gateway import snapshot as snapshot_writer
+from gateway.reports import job, synth
 
-from gateway.reports import job, synth  # noqa: E402
+# `make test` installs Java; without it this suite must fail, not pass empty
+assert shutil.which("java"), "Spark needs Java 17+ (Debian: openjdk-17-jre-headless)"
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = dt.datetime(2024, 5, 1, 23, 30, tzinfo=dt.timezone.utc)  # the window crosses midnight
@@ -113,17 +113,26 @@ def _rows_at(k: int) -> list[dict]:
     # sleepy never accessed anything; edge was last seen exactly --idle-after before the end
     add("sleepy", "audit", "0", 600_000, 600_000, last_access_ms=None)
     add("edge", "audit", "1", 800_000, 800_000, last_access_ms=END_MS - 3_600_000)
+    # quiet: caught up on a quiet partition, nothing locked or committed for two hours, but it
+    # keeps polling: seen, not idle
+    add("quiet", "audit", "1", 800_000, 800_000, last_access_ms=T0_MS - 7_200_000,
+        last_poll_ms=t - 2000)
     return rows
 
 
 def write_dataset(d: Path) -> None:
     for k in range(-2, K + 2):
-        synth.write_sample(synth.table_from_rows(ts(k), _rows_at(k)), d, ts(k))
+        t = synth.table_from_rows(ts(k), _rows_at(k))
+        if k < 8:  # written by a snapshotter from before last_poll_ms: read as null
+            t = t.drop_columns(["last_poll_ms"])
+        synth.write_sample(t, d, ts(k))
     # a sample still being written (a dot-file): must be ignored
     junk = synth.table_from_rows(ts(K), [{"consumer": "drainer", "topic": "events", "queue": "0",
                                           "max_offset": 10**12, "committed_offset": 0}])
     part = synth.sample_path(d, ts(K)).parent
     pq.write_table(junk, part / ".snap-in-progress.parquet.tmp")
+    # a file damaged by a copy (not a dot-file: it is read, and must be skipped, not fail the job)
+    (part / "snap-damaged-in-a-copy.parquet").write_bytes(b"PAR1" + b"\x00garbage" * 100)
 
 
 def _slope(points: list[tuple[int, int]]) -> float:
@@ -182,7 +191,9 @@ QUEUES = {
                                           drain_status="never"),
     ("sleepy", "", "audit", "0"): dict(lag=0, production_rate=0.0, consumption_rate=0.0,
                                         last_access_ms=None, mode="cluster"),
-    ("edge", "", "audit", "1"): dict(lag=0, last_access_ms=END_MS - 3_600_000),
+    ("edge", "", "audit", "1"): dict(lag=0, last_access_ms=END_MS - 3_600_000, last_poll_ms=None,
+                                      last_seen_ms=END_MS - 3_600_000),
+    ("quiet", "", "audit", "1"): dict(lag=0, last_poll_ms=END_MS - 2000, last_seen_ms=END_MS - 2000),
 }
 SLOPES = {"lag_slope"}
 
@@ -199,6 +210,8 @@ CONSUMERS = {
                            idle_s=(END_MS - (T0_MS - 7_200_000)) / 1000),
     ("sleepy", ""): dict(idle=True, idle_s=None, last_access_ms=None),
     ("edge", ""): dict(idle=False, idle_s=3600.0),
+    ("quiet", ""): dict(idle=False, idle_s=2.0, last_access_ms=T0_MS - 7_200_000,
+                        last_poll_ms=END_MS - 2000, last_seen_ms=END_MS - 2000),
     ("late", ""): dict(idle=False, consumption_rate=2.0, lag=0, drain_status="drained"),
 }
 
@@ -209,7 +222,7 @@ TOPICS = {
     ("kafka", "events"): dict(partitions=2, subscriptions=3, lag=24_340, production_rate=7.0,
                               consumption_rate=12.0 + 9920 / 2048 + 2.0, stuck_queues=0,
                               lag_slope=-10.0 + RESET_SLOPE),
-    ("kafka", "audit"): dict(partitions=2, subscriptions=5, lag=1976, production_rate=4.0,
+    ("kafka", "audit"): dict(partitions=2, subscriptions=6, lag=1976, production_rate=4.0,
                              consumption_rate=10.0, stuck_queues=0, lag_slope=-2.0),
 }
 
@@ -290,7 +303,7 @@ def test_consumers_topics_top(local_report: Path) -> None:
     cons = _index(_table(local_report, "consumers"), "consumer", "client_id")
     assert set(cons) == {("steady", ""), ("stuck", ""), ("drainer", ""), ("resetter", ""),
                          ("late", ""), ("fanout", "c0"), ("fanout", "c1"), ("fanout", "c2"),
-                         ("sleepy", ""), ("edge", "")}
+                         ("sleepy", ""), ("edge", ""), ("quiet", "")}
     for key, want in CONSUMERS.items():
         _check(cons[key], want, key)
     topics = _index(_table(local_report, "topics"), "broker", "topic")
@@ -324,8 +337,8 @@ def test_outputs_and_summary(local_report: Path) -> None:
     assert not list(local_report.glob(".*"))  # no temporary files left
     s = json.loads((local_report / "summary.json").read_text())
     # c3 is gone: in the queue count, but not in consumers, stuck or never draining
-    assert s["counts"] == {"rows": 15 * 33 - 16 - 24 - 17, "queues": 15, "gone": 1,
-                           "samples": 33, "consumers": 10, "topics": 3, "stuck": 3, "idle": 2,
+    assert s["counts"] == {"rows": 16 * 33 - 16 - 24 - 17, "queues": 16, "gone": 1,
+                           "samples": 33, "consumers": 11, "topics": 3, "stuck": 3, "idle": 2,
                            "never": 6}
     assert s["window"]["first_sample"] == "2024-05-01T23:30:00.000Z"
     assert s["window"]["last_sample"] == "2024-05-02T00:04:08.000Z"
@@ -350,9 +363,9 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 @pytest.mark.timeout(180)
 def test_report_renders_in_chromium(local_report: Path, tmp_path: Path) -> None:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("chromium is not installed (make system installs it)")
-    Image = pytest.importorskip("PIL.Image")
+    from PIL import Image  # matplotlib's dependency
+
+    assert os.path.exists(CHROMIUM), "chromium is not installed (make system installs it)"
     shot = tmp_path / "report.png"
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
            "--no-first-run", "--disable-background-networking", "--disable-component-update",
@@ -490,8 +503,7 @@ def test_durations_and_times() -> None:
 
 def test_schema_matches_the_snapshot_writer() -> None:
     """The synthetic writer's schema is the contract gateway/snapshot.py writes."""
-    snapshot = pytest.importorskip("gateway.snapshot")
-    assert [(f.name, f.type, f.nullable) for f in snapshot.SCHEMA] == \
+    assert [(f.name, f.type, f.nullable) for f in snapshot_writer.SCHEMA] == \
         [(f.name, f.type, f.nullable) for f in synth.SCHEMA]
 
 

@@ -11,12 +11,13 @@ from typing import Any, Callable
 
 import pytest
 
-pq = pytest.importorskip("pyarrow.parquet")
-pytest.importorskip("pyspark")
-if not shutil.which("java"):
-    pytest.skip("Spark needs Java 17+", allow_module_level=True)
+import pyarrow.parquet as pq
+import pyspark  # noqa: F401  (a dev dependency: missing is a failure, not a skip)
 
-from .conftest import ROOT, Api, unique  # noqa: E402
+from .conftest import ROOT, Api, unique
+
+# `make test` installs Java; without it this suite must fail, not pass empty
+assert shutil.which("java"), "Spark needs Java 17+ (Debian: openjdk-17-jre-headless)"
 
 SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
              "PYSPARK_DRIVER_PYTHON": sys.executable}

@@ -136,7 +136,8 @@ def test_snapshot_of_real_consumers_has_exact_rows(api: Api, make_topic, redis_u
                "queue": q, "max_offset": mx, "committed_offset": com, "low_watermark": 0,
                "high_watermark": int(wm[f"{q}:hi"]), "lock_age_ms": ts - lock if lock else None,
                "lock_timeout_ms": 60_000, "last_access_ms": acc or None, "paused": False,
-               "registered": False, "rate_limit": None, "rate_tokens": None}
+               "registered": False, "rate_limit": None, "rate_tokens": None,
+               "last_poll_ms": int(h["poll"])}
         row.update(kw)
         return row
 
@@ -161,6 +162,10 @@ def test_snapshot_of_real_consumers_has_exact_rows(api: Api, make_topic, redis_u
     assert [r["lock_age_ms"] is None for r in got].count(False) == 1
     assert all((r["last_access_ms"] is None) == (r["queue"] != "0") for r in got if r["consumer"] != plain)
     assert all(before - 60_000 < r["last_access_ms"] <= ts for r in got if r["last_access_ms"])
+    # every consumer key polled (the paused one too): one poll time per key, on all its rows
+    assert all(before - 60_000 < r["last_poll_ms"] <= ts for r in got)
+    assert max(r["last_poll_ms"] for r in got if r["consumer"] == paused) > \
+        max(r["last_access_ms"] or 0 for r in got if r["consumer"] == paused)
     # the same figures as the gateway's own view
     view = api.http.get(api.url(f"/consumers/{plain}/queues")).json()["queues"]
     assert [(v["maxOffset"], v["committedOffset"]) for v in view] == \
@@ -531,6 +536,7 @@ def test_collect_in_process_matches_the_files_it_writes(redis_url: str, rds: red
     now = int(time.time() * 1000)
     rds.hset(f"{prefix}:{{a}}:q", mapping={"t:0:max": 7, "t:0:com": 2, "t:0:lock": now - 500,
                                           "t:0:acc": now - 500, "t:0:rtok": 3, "t:1:com": 0,
+                                          "poll": now - 100,
                                           # read half (deleted between HSCAN rounds): left out
                                           "t:2:max": 5, "t:3:com": 4})
     rds.hset(f"{prefix}:{{a}}:cfg", mapping={"rate": "2.0", "burst": "10", "consume_timeout_ms": "1500"})
@@ -562,19 +568,20 @@ def test_collect_in_process_matches_the_files_it_writes(redis_url: str, rds: red
          "max_offset": 9, "committed_offset": 2, "low_watermark": 1, "high_watermark": 9,
          "lock_age_ms": ts - (now - 500), "lock_timeout_ms": 1500, "last_access_ms": now - 500,
          "paused": False, "registered": False, "rate_limit": 2.0,
-         "rate_tokens": min(10, 1.5 + (ts - (now - 1000)) * 2.0 / 1000)},
+         "rate_tokens": min(10, 1.5 + (ts - (now - 1000)) * 2.0 / 1000), "last_poll_ms": now - 100},
         {"consumer": "a", "client_id": "", "mode": "cluster", "broker": "kafka", "topic": "t", "queue": "1",
          "max_offset": 0, "committed_offset": 0, "low_watermark": 0, "high_watermark": 0,
          "lock_age_ms": None, "lock_timeout_ms": 1500, "last_access_ms": None,
          "paused": False, "registered": False, "rate_limit": 2.0,
-         "rate_tokens": min(10, 1.5 + (ts - (now - 1000)) * 2.0 / 1000)},
+         "rate_tokens": min(10, 1.5 + (ts - (now - 1000)) * 2.0 / 1000), "last_poll_ms": now - 100},
         {"consumer": "b", "client_id": "", "mode": "cluster", "broker": "kafka", "topic": "u",
          "queue": "3", "max_offset": 6, "committed_offset": 6, "low_watermark": None,
          "high_watermark": None, "lock_age_ms": None, "lock_timeout_ms": 2**63 - 1,
          "last_access_ms": None, "paused": False, "registered": False, "rate_limit": 3.0,
-         "rate_tokens": 3.0},
+         "rate_tokens": 3.0, "last_poll_ms": None},
         {"consumer": "b", "client_id": "host.1", "mode": "broadcast", "broker": "kafka", "topic": "u",
          "queue": "3", "max_offset": 4, "committed_offset": 4, "low_watermark": None,
          "high_watermark": None, "lock_age_ms": None, "lock_timeout_ms": 2**63 - 1, "last_access_ms": None,
-         "paused": False, "registered": False, "rate_limit": 3.0, "rate_tokens": 3.0},
+         "paused": False, "registered": False, "rate_limit": 3.0, "rate_tokens": 3.0,
+         "last_poll_ms": None},
     ]

@@ -8,7 +8,8 @@
 -- ARGV[10] open mode '1'|'0'  ARGV[11] auth '1'|'0'  ARGV[12] key id  ARGV[13] key sha256 (hex)
 -- ARGV[14..] triples: queue id, low watermark, high watermark
 --
--- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr.
+-- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr,
+-- and once per hash  poll  (the time of the last accepted /message).
 -- max never goes down; com starts at the latest (or earliest) offset; a lock is free when 0 or older
 -- than the consume timeout; every lock increments tok so stale acks can be told apart.
 -- Returns one of
@@ -40,6 +41,10 @@ if cfg[4] == '1' then
 elseif ARGV[10] ~= '1' then
   return {3, 'unregistered'}
 end
+-- Every accepted poll is stamped, whatever it returns ('poll' has no ':', so it is never taken
+-- for a queue's field): reports tell a consumer that stopped polling from one that is caught up
+-- on a quiet topic, whose queues see no lock or commit.
+redis.call('HSET', key, 'poll', ARGV[2])
 -- A polling clientId is alive, also while the consumer is paused or over its rate limit: its
 -- offsets must not expire under it (they would restart at `start`, skipping records).
 if client ~= '' then
@@ -47,7 +52,7 @@ if client ~= '' then
   redis.call('ZADD', clients, now, client)
   redis.call('ZREMRANGEBYSCORE', clients, '-inf', '(' .. (now - idle))
   redis.call('PEXPIRE', clients, idle)
-  redis.call('PEXPIRE', key, idle)  -- a no-op before the hash exists; set again below
+  redis.call('PEXPIRE', key, idle)
 end
 if cfg[3] == '1' then return {2} end
 local timeout = tonumber(cfg[1]) or tonumber(ARGV[3])

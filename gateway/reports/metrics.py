@@ -30,7 +30,10 @@ Definitions (a *queue* is one (consumer, client_id, broker, topic, queue) series
   offsets, or its broadcast clientId expired). Its figures stay in the ``queues`` table, but it has
   no *current* lag: consumers, topics, stuck queues, the top-N and the heat map count only the
   queues that are still there.
-- Idle: a consumer or clientId whose latest ``last_access_ms`` (over all its queues and samples)
+- ``last_seen_ms``: the later of ``last_access_ms`` (the last lock or commit of a queue) and
+  ``last_poll_ms`` (the last ``/message`` of the consumer or clientId, whatever it returned), so a
+  consumer that keeps polling a quiet topic is seen.
+- Idle: a consumer or clientId whose latest ``last_seen_ms`` (over all its queues and samples)
   is more than --idle-after before the end of the window (the last sample in it), or null.
 """
 
@@ -65,6 +68,7 @@ INPUT_SCHEMA = T.StructType([
     T.StructField("registered", T.BooleanType()),
     T.StructField("rate_limit", T.DoubleType()),
     T.StructField("rate_tokens", T.DoubleType()),
+    T.StructField("last_poll_ms", T.LongType()),  # null in files written before it existed
 ])
 
 #: Spark settings the computations rely on (session time zone for timestamps, partition values
@@ -138,6 +142,7 @@ def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
                      (F.col("t_ms") - F.col("t0_ms")) / F.lit(1000.0)).alias("lag_slope"),
         F.max(F.when(breaks, F.struct("t_ms", "next_ms"))).alias("brk"),
         F.max("last_access_ms").alias("last_access_ms"),
+        F.max("last_poll_ms").alias("last_poll_ms"),
     )
     span_ms = F.col("last_ms") - F.col("first_ms")
     per_s = lambda c: F.when(span_ms > 0, F.col(c) * F.lit(1000.0) / span_ms)  # noqa: E731
@@ -150,7 +155,8 @@ def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
         F.when(F.col("brk").isNull(), F.col("first_ms")).otherwise(F.col("brk.next_ms"))
         .alias("blocked_since_ms"),
         "l.lock_age_ms", "l.lock_timeout_ms", "l.paused", "l.registered", "l.rate_limit",
-        "l.rate_tokens", "last_access_ms",
+        "l.rate_tokens", "last_access_ms", "last_poll_ms",
+        F.greatest("last_access_ms", "last_poll_ms").alias("last_seen_ms"),
     )
     lag, cons, prod = F.col("lag"), F.col("consumption_rate"), F.col("production_rate")
     stalled_ms = F.coalesce(F.col("last_ms") - F.col("blocked_since_ms"), F.lit(0))
@@ -169,8 +175,8 @@ def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
         (stalled_ms > F.lit(stuck_after_ms)).alias("stuck_backlog"),
         "lock_age_ms", "lock_timeout_ms", stuck_lock.alias("stuck_lock"),
         ((stalled_ms > F.lit(stuck_after_ms)) | stuck_lock).alias("stuck"),
-        "paused", "registered", "rate_limit", "rate_tokens", "last_access_ms",
-        "first_ms", "last_ms",
+        "paused", "registered", "rate_limit", "rate_tokens", "last_access_ms", "last_poll_ms",
+        "last_seen_ms", "first_ms", "last_ms",
     )
 
 
@@ -185,10 +191,10 @@ def window_bounds(queues: DataFrame) -> dict[str, Any]:
     return r.asDict() if r is not None else {}
 
 
-def _idle(last_access: Column, end_ms: int, idle_after_ms: int) -> tuple[Column, Column]:
-    gap = F.lit(end_ms) - last_access
+def _idle(last_seen: Column, end_ms: int, idle_after_ms: int) -> tuple[Column, Column]:
+    gap = F.lit(end_ms) - last_seen
     return (gap / F.lit(1000.0)).alias("idle_s"), \
-        (last_access.isNull() | (gap > F.lit(idle_after_ms))).alias("idle")
+        (last_seen.isNull() | (gap > F.lit(idle_after_ms))).alias("idle")
 
 
 def _drain_rollup(lag: Column) -> tuple[Column, Column]:
@@ -225,11 +231,14 @@ def consumer_stats(queues: DataFrame, end_ms: int, idle_after_ms: int) -> DataFr
         F.min("first_ts").alias("first_ts"),
         F.max("last_ts").alias("last_ts"),
         F.max("last_access_ms").alias("last_access_ms"),
+        F.max("last_poll_ms").alias("last_poll_ms"),
+        F.max("last_seen_ms").alias("last_seen_ms"),
     )
     return g.select(
         *WHO, "mode", "topics", "queues", "lag", "lag_slope", "production_rate",
         "consumption_rate", *_drain_rollup(F.col("lag")), "stuck_queues", "first_ts", "last_ts",
-        "last_access_ms", *_idle(F.col("last_access_ms"), end_ms, idle_after_ms),
+        "last_access_ms", "last_poll_ms", "last_seen_ms",
+        *_idle(F.col("last_seen_ms"), end_ms, idle_after_ms),
     )
 
 
@@ -267,17 +276,18 @@ def idle_stats(queues: DataFrame, consumers: DataFrame, end_ms: int,
     """Idle consumers (all their clientIds together) and idle broadcast clientIds."""
     whole = queues.groupBy("consumer").agg(
         F.max("mode").alias("mode"), F.sum("lag").alias("lag"),
-        F.max("last_access_ms").alias("last_access_ms"), F.max("last_ts").alias("last_ts"),
+        F.max("last_access_ms").alias("last_access_ms"), F.max("last_seen_ms").alias("last_seen_ms"),
+        F.max("last_ts").alias("last_ts"),
     ).select(F.lit("consumer").alias("kind"), "consumer", F.lit("").alias("client_id"), "mode",
-             "lag", "last_access_ms", "last_ts",
-             *_idle(F.col("last_access_ms"), end_ms, idle_after_ms))
+             "lag", "last_access_ms", "last_seen_ms", "last_ts",
+             *_idle(F.col("last_seen_ms"), end_ms, idle_after_ms))
     clients = consumers.where(F.col("client_id") != "").select(
         F.lit("clientId").alias("kind"), "consumer", "client_id", "mode", "lag", "last_access_ms",
-        "last_ts", "idle_s", "idle")
+        "last_seen_ms", "last_ts", "idle_s", "idle")
     both = whole.unionByName(clients)
     return both.where("idle").drop("idle").select(
-        "kind", "consumer", "client_id", "mode", "lag", "last_access_ms",
-        F.timestamp_millis("last_access_ms").alias("last_access"), "idle_s", "last_ts")
+        "kind", "consumer", "client_id", "mode", "lag", "last_access_ms", "last_seen_ms",
+        F.timestamp_millis("last_seen_ms").alias("last_seen"), "idle_s", "last_ts")
 
 
 def stuck_stats(queues: DataFrame) -> DataFrame:

@@ -204,7 +204,7 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
         card("Never draining", f"{n_never:,}", "queues with lag, produced ≥ consumed",
              "amber" if n_never else "green"),
         card("Idle", f"{n_idle:,}",
-             f"consumers/clientIds, no access in {esc(duration(th['idle_after_s']))}",
+             f"consumers/clientIds, not seen in {esc(duration(th['idle_after_s']))}",
              "amber" if n_idle else "green"),
         card("Produced", rate(tot["production_rate"]), "messages/s, all topics", "blue"),
         card("Consumed", rate(tot["consumption_rate"]), "messages/s, all consumers", "blue"),
@@ -269,13 +269,13 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
         + img(charts.get("heatmap"), "heat map of queues by lag") + "</section>")
     # 6. idle
     if idle:
-        rows = [[esc(r["kind"]), who(r), esc(r["mode"]), esc(when(r["last_access_ms"])),
-                 esc(duration(r["idle_s"]) if r["idle_s"] is not None else "never accessed"),
+        rows = [[esc(r["kind"]), who(r), esc(r["mode"]), esc(when(r["last_seen_ms"])),
+                 esc(duration(r["idle_s"]) if r["idle_s"] is not None else "never seen"),
                  num(r["lag"])] for r in idle[:ROW_LIMIT]]
         out.append(
             f'<section><h2>Idle consumers and clientIds ({n_idle:,})</h2><p class="hint">No '
-            f'lock or commit within {esc(duration(th["idle_after_s"]))} of the last sample.</p>'
-            + table(["kind", "consumer / clientId", "mode", "last access (UTC)", "idle for", "lag"],
+            f'poll, lock or commit within {esc(duration(th["idle_after_s"]))} of the last sample.</p>'
+            + table(["kind", "consumer / clientId", "mode", "last seen (UTC)", "idle for", "lag"],
                     rows, n_idle, "idle.csv", (4, 5)) + "</section>")
     else:
         out.append('<section class="ok"><h2>Idle consumers and clientIds</h2><p class="empty">'
@@ -336,7 +336,8 @@ def _plain_trend(v: float | None) -> str:
 DEFINITIONS = """<section><h2>How the figures are computed</h2><dl>
 <dt>Queue</dt><dd>One (consumer, clientId, broker, topic, partition). Its span runs from its first
 to its last sample in the window, so a consumer that appears mid-window is measured over its own
-span.</dd>
+span. A queue missing from the last sample (unregistered, or an expired clientId) is gone: it
+counts in no current figure.</dd>
 <dt>Lag</dt><dd>max offset − committed offset (at least 0), messages. Current lag = the last
 sample's.</dd>
 <dt>Trend</dt><dd>Least-squares slope of lag against time, messages/s.</dd>
@@ -347,5 +348,6 @@ samples ÷ span. An offset reset that moves it back counts 0 (never a negative r
 and lag &gt; 0. For a consumer: its slowest queue.</dd>
 <dt>Stuck</dt><dd>Lag &gt; 0 while the committed offset stayed the same for more than {stuck},
 measured up to the last sample; or the last sample's lock age exceeds the consume timeout.</dd>
-<dt>Idle</dt><dd>No lock or commit (last access) within {idle} of the window's last sample.</dd>
+<dt>Idle</dt><dd>No poll (<code>/message</code>, whatever it returned), lock or commit within
+{idle} of the window's last sample.</dd>
 </dl></section>"""

@@ -41,6 +41,7 @@ SCHEMA = pa.schema(
         pa.field("registered", pa.bool_(), nullable=False),
         pa.field("rate_limit", pa.float64()),
         pa.field("rate_tokens", pa.float64()),
+        pa.field("last_poll_ms", pa.int64()),  # epoch ms of the last /message of the consumer key
     ]
 )
 COLUMNS = SCHEMA.names
@@ -176,7 +177,8 @@ def generate(out_dir: str | os.PathLike[str], *, consumers: int, queues: int, sa
              low, pa.array(max_off, pa.int64()),
              pa.array(lock_age.astype(np.int64), pa.int64(), mask=lock_age_mask),
              lock_timeout, pa.array(last_access.astype(np.int64), pa.int64()),
-             paused, registered, rate_limit, rate_limit],
+             paused, registered, rate_limit, rate_limit,
+             pa.array(last_access.astype(np.int64), pa.int64())],
             schema=SCHEMA)
         if late.any():
             table = table.filter(pa.array(first_sample <= s))
