@@ -218,5 +218,10 @@ def test_auth_with_the_public_hmac_key_refuses_to_start(redis_url: str, bootstra
 
     from .conftest import start_node
 
-    with pytest.raises(RuntimeError, match="MQGW_HMAC_KEY is the public default"):
-        start_node(redis_url, bootstrap, tmp_path, auth="true", hmac_key=DEV_HMAC_KEY)
+    try:
+        node = start_node(redis_url, bootstrap, tmp_path, auth="true", hmac_key=DEV_HMAC_KEY)
+    except RuntimeError as e:
+        assert "MQGW_HMAC_KEY is the public default" in str(e)
+    else:
+        node.stop()
+        pytest.fail("a node with auth on started with the public HMAC key")
