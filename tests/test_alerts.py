@@ -458,3 +458,36 @@ def test_ages_retention_broker_errors_and_gauges_in_process(redis_url: str) -> N
             await r.aclose()
 
     asyncio.run(main())
+
+
+def test_evaluations_on_two_nodes_never_overlap(redis_url: str) -> None:
+    """Two monitors sharing Redis (two nodes): evaluations asked for at once run one after the
+    other, each seeing the state the other committed, so one transition sends one webhook."""
+    async def main() -> None:
+        r = aioredis.Redis.from_url(redis_url)
+        try:
+            store = OffsetStore(r, unique("p"))
+            settings = Settings(alert_interval_ms=0, open_mode=True, auth=False)
+            gw = SimpleNamespace(settings=settings, redis=r, store=store, broker=MemoryBroker(),
+                                 registry=Registry(store, settings))
+            running, most, runs = [0], [0], [0]
+
+            async def slow(self: AlertMonitor, token: str) -> None:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+                await asyncio.sleep(0.3)  # long enough for the other node's call to arrive
+                running[0] -= 1
+                runs[0] += 1
+
+            monitors = [AlertMonitor(gw), AlertMonitor(gw)]
+            for m in monitors:
+                m._evaluate = slow.__get__(m)  # type: ignore[method-assign]
+            t0 = time.monotonic()
+            await asyncio.gather(*(m.evaluate_now() for m in monitors))
+            assert runs[0] == 2 and most[0] == 1  # both ran, never at the same time
+            assert time.monotonic() - t0 >= 0.6
+            assert not await r.exists(monitors[0].key("lock"))  # released
+        finally:
+            await r.aclose()
+
+    asyncio.run(main())

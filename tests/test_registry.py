@@ -11,6 +11,8 @@ import httpx
 import pytest
 import redis
 
+from gateway.config import Settings
+
 from .conftest import Api, Node, unique
 from .secure import Secure, sec  # noqa: F401  (the fixture)
 from .test_long_poll import Monitor
@@ -159,9 +161,12 @@ def test_operator_actions_refuse_names_and_topics_outside_the_registry(
 
 
 def _drain_rate_limited(urls: list[str], g: str, topic: str, seconds: float,
+                        at_window: Callable[[], None] = lambda: None,
                         warmup: float = 0.0) -> tuple[int, float, int]:
-    """Consumers on every node as fast as they can; returns (delivered, elapsed, 429 answers),
-    counting deliveries only after ``warmup`` seconds (elapsed is the time after it)."""
+    """Consumers on every node as fast as they can; returns (delivered, elapsed, 429 answers).
+
+    Only requests sent after ``warmup`` seconds count; ``at_window`` runs at that moment (the
+    caller reads the token bucket there) and elapsed is the time after it."""
     delivered, limited = [0], [0]
     lock = threading.Lock()
     stop = time.monotonic() + seconds
@@ -169,6 +174,7 @@ def _drain_rate_limited(urls: list[str], g: str, topic: str, seconds: float,
     def worker(url: str) -> None:
         with httpx.Client(base_url=url, timeout=30) as c:
             while time.monotonic() < stop:
+                sent = time.monotonic()
                 r = c.get("/message", params={"consumer": g, "topic": topic, "max": 50})
                 body = r.json()
                 if r.status_code == 429:
@@ -180,7 +186,7 @@ def _drain_rate_limited(urls: list[str], g: str, topic: str, seconds: float,
                     continue
                 assert r.status_code == 200, r.text
                 if body["status"] == "ok":
-                    if time.monotonic() >= start + warmup:
+                    if sent >= window:
                         with lock:
                             delivered[0] += len(body["messages"])
                     c.post("/ack", json={"requestId": body["requestId"]})
@@ -188,23 +194,39 @@ def _drain_rate_limited(urls: list[str], g: str, topic: str, seconds: float,
                     time.sleep(0.01)
 
     start = time.monotonic()
+    window = start + warmup
     threads = [threading.Thread(target=worker, args=(urls[i % len(urls)],)) for i in range(6)]
     for t in threads:
         t.start()
+    time.sleep(max(0.0, window - time.monotonic()))
+    at_window()
     for t in threads:
         t.join()
-    return delivered[0], time.monotonic() - start - warmup, limited[0]
+    return delivered[0], time.monotonic() - window, limited[0]
+
+
+def _bucket(r: redis.Redis, key: str, rate: float, burst: float) -> tuple[float, float]:
+    """(Redis time in s, tokens in the bucket now), refilled as choose.lua does on Redis' clock."""
+    with r.pipeline(transaction=True) as pipe:
+        pipe.time()
+        pipe.hmget(key, "tokens", "ts")
+        (sec, usec), (tokens, ts) = pipe.execute()
+    now_ms = sec * 1000 + usec // 1000
+    if tokens is None:
+        return now_ms / 1000, burst
+    return now_ms / 1000, min(burst, float(tokens) + max(0, now_ms - float(ts)) * rate / 1000)
 
 
 @pytest.mark.timeout(120)
-def test_rate_limit_holds_across_three_nodes(cluster: list[Node], api: Api,
+def test_rate_limit_holds_across_three_nodes(cluster: list[Node], api: Api, rds: redis.Redis,
                                              make_topic: Callable[..., str]) -> None:
     topic, g = make_topic(6), unique("g")
     # A bucket holds at most `burst` tokens, so a pause of every consumer longer than burst/rate
     # forfeits tokens, as it should. Half a second of slack keeps a loaded CI machine's stalls
     # (2 cores shared with the broker, Redis and every node) from reading as an inaccurate limit.
     # The first second is not counted: it spends the initial burst, and on a loaded machine the
-    # six clients' start (threads, connections) leaves the full bucket unused for a while.
+    # six clients' start (threads, connections) leaves the full bucket unused for a while. The
+    # bucket is read at the window's start and end, so what it held then is accounted for.
     rate, burst = 200, 100
     api.http.put(api.url(f"/admin/consumers/{g}"),
                  json={"topics": [topic], "start": "earliest",
@@ -214,12 +236,21 @@ def test_rate_limit_holds_across_three_nodes(cluster: list[Node], api: Api,
             api.http.post(api.url("/produce"), json={"topic": topic, "messages": [
                 {"value": "x", "partition": p}] * 100}).raise_for_status()
     time.sleep(0.5)  # let every node see the watermarks
-    delivered, elapsed, limited = _drain_rate_limited([n.url for n in cluster], g, topic, 6.0,
-                                                      warmup=1.0)
-    measured = delivered / elapsed
-    print(f"rate limit {rate}/s: delivered {delivered} in {elapsed:.2f}s = {measured:.1f}/s, {limited} x 429")
+    bucket = f"{Settings.load().key_prefix}:{{{g}}}:rl"
+    marks = []
+    delivered, _, limited = _drain_rate_limited(
+        [n.url for n in cluster], g, topic, 6.0, warmup=1.0,
+        at_window=lambda: marks.append(_bucket(rds, bucket, rate, burst)))
+    marks.append(_bucket(rds, bucket, rate, burst))
+    (t0, tokens0), (t1, tokens1) = marks
+    # What the window may deliver is its refill plus what the bucket held at its start and no
+    # longer holds at its end; measured as a rate over the window, on Redis' clock.
+    measured = (delivered - (tokens0 - tokens1)) / (t1 - t0)
+    elapsed = t1 - t0
+    print(f"rate limit {rate}/s: delivered {delivered} in {elapsed:.2f}s, bucket {tokens0:.1f} -> "
+          f"{tokens1:.1f}: {measured:.1f}/s, {limited} x 429")
     assert limited > 0
-    assert abs(measured - rate) <= 0.10 * rate, (delivered, elapsed, measured)
+    assert abs(measured - rate) <= 0.10 * rate, (delivered, elapsed, tokens0, tokens1, measured)
     # The limit is the consumer's setting: lifting it lets the same consumers run free at once.
     api.http.patch(api.url(f"/admin/consumers/{g}"), json={"rateLimit": None}).raise_for_status()
     delivered, elapsed, limited = _drain_rate_limited([n.url for n in cluster], g, topic, 1.0)
