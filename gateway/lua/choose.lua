@@ -141,9 +141,13 @@ end
 local p = topic .. ':' .. best .. ':'
 -- A queue's first token is the clock (ms) x 1000, not 1: when a hash is deleted (unregister with
 -- deleteOffsets, an expired clientId) and made again, its tokens never repeat earlier ones, so a
--- requestId from before can never pass for the new holder's. Written as a string: a Lua number
--- this large would be formatted as 1.79e+15.
-if redis.call('HEXISTS', key, p .. 'tok') == 0 then redis.call('HSET', key, p .. 'tok', ARGV[2] .. '000') end
+-- requestId from before can never pass for the new holder's. Redis' clock, as in reset.lua: node
+-- clocks may differ, one clock for every seed. Written as a string: a Lua number this large would
+-- be formatted as 1.79e+15.
+if redis.call('HEXISTS', key, p .. 'tok') == 0 then
+  local t = redis.call('TIME')
+  redis.call('HSET', key, p .. 'tok', t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)) .. '000')
+end
 local tok = redis.call('HINCRBY', key, p .. 'tok', 1)
 redis.call('HSET', key, p .. 'lock', now, p .. 'acc', now, p .. 'addr', ARGV[5])
 return {1, best, best_com, tok, best_max, best_lock, timeout, allowance, charged}
