@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from redis import exceptions as redis_errors
 
 Call = tuple[str, str, dict[str, Any] | None, dict[str, str] | None]  # method, path, body, query
 
@@ -109,7 +110,7 @@ def bootstrap_key(a: argparse.Namespace) -> int:
     """Create an admin key straight in Redis (settings as the gateway reads them)."""
     from .app import connect_redis
     from .auth import KeyStore
-    from .config import Settings
+    from .config import Settings, redact_url
     from .store import OffsetStore
 
     settings = Settings.load()
@@ -121,7 +122,12 @@ def bootstrap_key(a: argparse.Namespace) -> int:
         finally:
             await r.aclose()
 
-    key, rec = asyncio.run(create())
+    try:
+        key, rec = asyncio.run(create())
+    except redis_errors.ConnectionError as e:
+        print(f"mqgw keys bootstrap: cannot reach Redis at {redact_url(settings.redis_url)}: {e}\n"
+              "Set MQGW_REDIS_URL to the gateway's Redis (mqgw dev prints it).", file=sys.stderr)
+        return 2
     print(json.dumps({**rec.public(), "key": key}, indent=2))
     print("Store this key now: only its SHA-256 is kept.", file=sys.stderr)
     return 0

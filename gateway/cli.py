@@ -109,6 +109,9 @@ mq-gateway is up at {base}   (API description: {base}/openapi.yaml)
   curl -s '{base}/message?consumer=demo-group&topic=demo&wait_ms=5000'   # demo-group starts at earliest
   curl -s -XPOST {base}/ack -d '{{"requestId":"<requestId from /message>"}}'
 
+The command-line tools (mqgw admin, keys, snapshot) reach this stack with, in another shell:
+  export MQGW_REDIS_URL={env["MQGW_REDIS_URL"]} MQGW_KAFKA_BOOTSTRAP={env["MQGW_KAFKA_BOOTSTRAP"]}
+
 Ctrl-C stops the gateway and everything started with it.""", flush=True)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         while gw.poll() is None:
@@ -145,8 +148,11 @@ def _snapshot(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="mqgw", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name, fn in (("serve", serve), ("dev", dev)):
-        p = sub.add_parser(name)
+    for name, fn, text in (
+            ("serve", serve, "run the gateway (uvicorn workers; settings from MQGW_* and MQGW_CONFIG)"),
+            ("dev", dev, "start a local redis-server and broker if none are configured, then the "
+                         "gateway in open mode without keys (what make run does)")):
+        p = sub.add_parser(name, help=text)
         p.add_argument("--host", default=os.environ.get("MQGW_HOST", "127.0.0.1"))
         p.add_argument("--port", type=int, default=int(os.environ.get("MQGW_PORT", "8080")))
         p.add_argument("--workers", type=int, default=int(os.environ.get("MQGW_WORKERS", "2")))

@@ -8,6 +8,7 @@ the defaults below. Everything here is per *process*; per *consumer* settings
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, fields
 from typing import Any
@@ -117,3 +118,8 @@ _BOOLS = {"1": True, "true": True, "yes": True, "on": True,
 
 #: Settings also accepted without the MQGW_ prefix, as the README promises.
 _BARE_ENV = {"redis_url", "kafka_bootstrap", "kafka_config"}
+
+
+def redact_url(url: str) -> str:
+    """A connection URL without its password, for messages and logs."""
+    return re.sub(r"//[^@/]*@", "//***@", url)

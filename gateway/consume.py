@@ -265,8 +265,8 @@ _ACK_STATUS = {"committed": 200, "already_committed": 200, "lock_lost": 409,
 _ACK_MESSAGE = {
     "committed": "offsets committed",
     "already_committed": "this batch was already committed; nothing changed",
-    "lock_lost": "the lock expired and another fetch took the queue; the batch will be (or was) "
-                 "redelivered there",
+    "lock_lost": "another fetch took the queue (this batch's lock expired or was unlocked); the "
+                 "batch will be (or was) redelivered there",
     "offset_reset": "an operator reset this queue's offsets after the batch was fetched; "
                     "nothing changed",
     "offset_mismatch": "the committed offset no longer matches this batch; nothing changed",

@@ -72,6 +72,7 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .config import redact_url
 from .files import fsync_path
 from .store import QueueState, parse_queue_hash
 
@@ -490,7 +491,8 @@ async def _loop(url: str, out: str, every: float, once: bool, verbose: bool, pre
             try:
                 summary = await take(redis, out, prefix, default_timeout_ms)
             except Exception as e:  # noqa: BLE001 - Redis down, disk full: report, retry next interval
-                print(f"mqgw snapshot: sample failed: {e!r}", file=sys.stderr, flush=True)
+                print(f"mqgw snapshot: sample failed (Redis {redact_url(url)}): {e!r}",
+                      file=sys.stderr, flush=True)
                 if once:
                     return 1
             else:

@@ -163,6 +163,9 @@ def _session(args: argparse.Namespace):
         b = b.master("local[*]")
     if not submitted:
         b = b.config("spark.driver.memory", args.driver_memory)
+    if (args.master or "local").startswith("local") and not submitted and \
+            "SPARK_LOCAL_IP" not in os.environ:  # one process: no reason to listen beyond loopback
+        b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     for k, v in M.SPARK_CONF.items():
         b = b.config(k, v)
     for kv in args.conf:
