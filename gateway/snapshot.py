@@ -96,7 +96,7 @@ SCHEMA = pa.schema(
         pa.field("paused", pa.bool_(), nullable=False),
         pa.field("registered", pa.bool_(), nullable=False),
         pa.field("rate_limit", pa.float64()),  # messages/s; null when not rate limited
-        pa.field("rate_tokens", pa.float64()),  # token bucket refilled to ts; null when not limited
+        pa.field("rate_tokens", pa.float64()),  # bucket refilled to Redis' time; null when not limited
         # epoch ms of the consumer's (clientId's) last /message, whatever it returned; null if never
         pa.field("last_poll_ms", pa.int64()),
     ],
@@ -260,6 +260,11 @@ async def collect(redis: Any, prefix: str = "mqgw", default_timeout_ms: int = 60
     stats.topics = len(topics)
     wms = dict(zip(topics, await _read_hashes(redis, [f"{prefix}:{{wm:{t}}}" for t in topics], stats)))
     ts = now if now is not None else int(time.time() * 1000)  # after every read: ages are >= 0
+    # Locks are stamped with the nodes' clocks, but the rate-limit bucket runs on Redis' clock
+    # (choose.lua): refill it to Redis' time, or a skewed snapshot host misstates its tokens.
+    sec, usec = await redis.time()
+    stats.commands += 1
+    bucket_now = int(sec) * 1000 + int(usec) // 1000
     stats.read_ms = round((time.perf_counter() - t0) * 1000)
 
     cols: dict[str, list[Any]] = {c: [] for c in COLUMNS if c != "ts"}
@@ -276,9 +281,9 @@ async def collect(redis: Any, prefix: str = "mqgw", default_timeout_ms: int = 60
             tokens = _num(b.get("tokens"))
             tokens = burst if tokens is None else tokens
             last = _num(b.get("ts"))
-            last = ts if last is None else last
-            if ts > last:
-                tokens = min(burst, tokens + (ts - last) * rate / 1000)
+            last = bucket_now if last is None else last
+            if bucket_now > last:
+                tokens = min(burst, tokens + (bucket_now - last) * rate / 1000)
             tokens = float(tokens)
         else:
             rate = None

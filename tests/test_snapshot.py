@@ -143,7 +143,8 @@ def test_snapshot_of_real_consumers_has_exact_rows(api: Api, make_topic, redis_u
 
     # the token bucket refilled to ts as choose.lua does it: min(burst, tokens + dt * rate / 1000)
     tokens = min(5, float(bucket["tokens"]) + (ts - float(bucket["ts"])) * 5.0 / 1000)
-    rate = {"rate_limit": 5.0, "rate_tokens": tokens}
+    # (refilled to Redis' time, read a moment apart from ts: a few ms, thousandths of a token)
+    rate = {"rate_limit": 5.0, "rate_tokens": pytest.approx(tokens, abs=0.05)}
     b_kw = {"lock_timeout_ms": 45_000, "registered": True}
     want = [
         expect(bcast, "c1", "0", 5, 2, **b_kw), expect(bcast, "c1", "1", 3, 0, **b_kw),
@@ -518,7 +519,8 @@ def test_reads_with_scan_and_pipelined_hash_reads_never_keys(redis_url: str, rds
     assert len(ports) == 1, ports  # one connection did all the reading
     mine = [c for p, c in mon.lines if p in ports]
     verbs = [c.split(" ", 1)[0].upper() for c in mine]
-    assert set(verbs) <= {"HELLO", "CLIENT", "SELECT", "PING", "SCAN", "HSCAN", "HGETALL"}, set(verbs)
+    assert set(verbs) <= {"HELLO", "CLIENT", "SELECT", "PING", "SCAN", "HSCAN", "HGETALL", "TIME"}, set(verbs)
+    assert verbs.count("TIME") == 1  # Redis' clock, once per sample, for the rate buckets
     scans = [c for c in mine if c.startswith("SCAN ")]
     assert len(scans) >= 3 and all(c.endswith(f"MATCH {prefix}:{{*}}:q* COUNT 1000") for c in scans), scans[:3]
     hscans = [c for c in mine if c.startswith("HSCAN ")]
@@ -563,17 +565,19 @@ def test_collect_in_process_matches_the_files_it_writes(redis_url: str, rds: red
     t = pq.read_table(summary["path"])
     ts = summary["ts"]
     rows = [{k: v for k, v in r.items() if k != "ts"} for r in t.to_pylist()]
+    # the bucket refilled to Redis' time (read a moment apart from ts): within a few ms of it
+    refilled = pytest.approx(min(10, 1.5 + (ts - (now - 1000)) * 2.0 / 1000), abs=0.05)
     assert rows == [
         {"consumer": "a", "client_id": "", "mode": "cluster", "broker": "kafka", "topic": "t", "queue": "0",
          "max_offset": 9, "committed_offset": 2, "low_watermark": 1, "high_watermark": 9,
          "lock_age_ms": ts - (now - 500), "lock_timeout_ms": 1500, "last_access_ms": now - 500,
          "paused": False, "registered": False, "rate_limit": 2.0,
-         "rate_tokens": min(10, 1.5 + (ts - (now - 1000)) * 2.0 / 1000), "last_poll_ms": now - 100},
+         "rate_tokens": refilled, "last_poll_ms": now - 100},
         {"consumer": "a", "client_id": "", "mode": "cluster", "broker": "kafka", "topic": "t", "queue": "1",
          "max_offset": 0, "committed_offset": 0, "low_watermark": 0, "high_watermark": 0,
          "lock_age_ms": None, "lock_timeout_ms": 1500, "last_access_ms": None,
          "paused": False, "registered": False, "rate_limit": 2.0,
-         "rate_tokens": min(10, 1.5 + (ts - (now - 1000)) * 2.0 / 1000), "last_poll_ms": now - 100},
+         "rate_tokens": refilled, "last_poll_ms": now - 100},
         {"consumer": "b", "client_id": "", "mode": "cluster", "broker": "kafka", "topic": "u",
          "queue": "3", "max_offset": 6, "committed_offset": 6, "low_watermark": None,
          "high_watermark": None, "lock_age_ms": None, "lock_timeout_ms": 2**63 - 1,
