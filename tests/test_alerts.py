@@ -37,7 +37,7 @@ from .conftest import Api, Node, start_node, unique
 class Receiver:
     """A webhook receiver on loopback that keeps every JSON body POSTed to it."""
 
-    def __init__(self, fail_first: int = 0) -> None:
+    def __init__(self, fail_first: int = 0, fail_status: int = 503) -> None:
         self.posts: list[dict[str, Any]] = []
         self.attempts = 0
         self.fail_first = fail_first
@@ -52,7 +52,7 @@ class Receiver:
                     failing = outer.attempts <= outer.fail_first
                     if not failing:
                         outer.posts.append(json.loads(body))
-                self.send_response(503 if failing else 200)
+                self.send_response(fail_status if failing else 200)
                 self.send_header("content-length", "0")
                 self.end_headers()
 
@@ -491,3 +491,37 @@ def test_evaluations_on_two_nodes_never_overlap(redis_url: str) -> None:
             await r.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("fail_first, fail_status, attempts, delivered", [
+    (3, 503, 4, True),    # three retries, the fourth attempt gets through
+    (9, 503, 4, False),   # then it gives up
+    (9, 429, 4, False),   # 429 and 408 are worth retrying too
+    (9, 400, 1, False),   # the receiver refuses it: no retry
+])
+def test_webhook_retries_with_backoff(monkeypatch, fail_first: int, fail_status: int,
+                                      attempts: int, delivered: bool) -> None:
+    from gateway import alerts as alerts_mod
+
+    monkeypatch.setattr(alerts_mod, "WEBHOOK_BACKOFF_S", 0.02)
+    receiver = Receiver(fail_first=fail_first, fail_status=fail_status)
+    settings = Settings(alert_interval_ms=0, alert_webhook_url=receiver.url)
+    gw = SimpleNamespace(settings=settings, redis=aioredis.Redis(), store=None)  # never connects
+
+    async def main() -> float:
+        mon = AlertMonitor(gw)
+        t0 = time.monotonic()
+        try:
+            await mon._post({"event": "firing", "consumer": "c", "reasons": ["backlog"]})
+        finally:
+            await mon._http.aclose()
+        return time.monotonic() - t0
+
+    try:
+        took = asyncio.run(main())
+        assert receiver.attempts == attempts
+        assert [p["consumer"] for p in receiver.posts] == (["c"] if delivered else [])
+        if attempts == 4:  # backoff doubles: 0.02 + 0.04 + 0.08 s between the four attempts
+            assert took >= 0.14
+    finally:
+        receiver.close()

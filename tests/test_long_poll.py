@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 
@@ -27,7 +28,7 @@ class Monitor:
         self.r = redis.Redis.from_url(url)
         self.lines: list[str] = []
         self.conns: list[str] = []  # the client connection (address:port) of each line
-        self.stop = threading.Event()
+        self.marker = f"mqgw-monitor-end-{uuid.uuid4().hex}"
         self.ready = threading.Event()
         self.t = threading.Thread(target=self._run, daemon=True)
 
@@ -35,11 +36,11 @@ class Monitor:
         with self.r.monitor() as m:
             self.ready.set()
             for cmd in m.listen():
+                if self.marker in cmd["command"]:  # everything sent before it has been seen
+                    return
                 if cmd["client_type"] != "lua":
                     self.lines.append(cmd["command"])
                     self.conns.append(f'{cmd.get("client_address")}:{cmd.get("client_port")}')
-                if self.stop.is_set():
-                    return
 
     def __enter__(self) -> "Monitor":
         self.t.start()
@@ -47,9 +48,10 @@ class Monitor:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.r.ping()  # wakes the listener so it sees the stop flag
-        self.t.join(5)
+        # Redis shows MONITOR clients commands in the order it runs them: once the listener
+        # sees this marker, it has seen every command the test sent before it.
+        self.r.echo(self.marker)
+        self.t.join(10)
 
     def count(self, script: str, touching: str = "") -> int:
         """Calls of ``script`` (only those whose command line names ``touching``, if given:
@@ -101,9 +103,9 @@ class LuaMonitor(Monitor):
         with self.r.monitor() as m:
             self.ready.set()
             for cmd in m.listen():
-                self.lines.append(cmd["command"])
-                if self.stop.is_set():
+                if self.marker in cmd["command"]:
                     return
+                self.lines.append(cmd["command"])
 
 
 @pytest.mark.timeout(120)
