@@ -27,6 +27,7 @@ from gateway import devstack
 from gateway import snapshot as snap
 
 from .conftest import ROOT, Api, start_node, unique
+from .test_long_poll import Monitor
 
 UTC = dt.UTC
 
@@ -459,35 +460,6 @@ def test_once_fails_when_redis_is_unreachable(tmp_path: Path) -> None:
 
 # -- (e) SCAN, never KEYS ---------------------------------------------------------------------------
 
-class Monitor:
-    """Every command Redis receives, with the client port it came from."""
-
-    def __init__(self, url: str) -> None:
-        self.r = redis.Redis.from_url(url)
-        self.lines: list[tuple[int, str]] = []
-        self.stop = threading.Event()
-        self.ready = threading.Event()
-        self.t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with self.r.monitor() as m:
-            self.ready.set()
-            for cmd in m.listen():
-                self.lines.append((int(cmd.get("client_port") or 0), cmd["command"]))
-                if self.stop.is_set():
-                    return
-
-    def __enter__(self) -> Monitor:
-        self.t.start()
-        self.ready.wait(5)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.r.ping()
-        self.t.join(5)
-
-
 @pytest.mark.timeout(90)
 def test_reads_with_scan_and_pipelined_hash_reads_never_keys(redis_url: str, rds: redis.Redis,
                                                              tmp_path: Path) -> None:
@@ -514,10 +486,11 @@ def test_reads_with_scan_and_pipelined_hash_reads_never_keys(redis_url: str, rds
         summary = run_once(redis_url, tmp_path / "snaps", MQGW_KEY_PREFIX=prefix)
     assert summary["queue_keys"] == queue_keys and summary["consumers"] == n_groups
     assert summary["rows"] == (queue_keys - 1) * 4 + 1000
-    assert not [c for _, c in mon.lines if c.split(" ", 1)[0].upper() == "KEYS"]
-    ports = {p for p, c in mon.lines if c == "CLIENT SETNAME mqgw-snapshot"}
+    lines = list(zip(mon.conns, mon.lines))  # (client address:port, command)
+    assert not [c for _, c in lines if c.split(" ", 1)[0].upper() == "KEYS"]
+    ports = {p for p, c in lines if c == "CLIENT SETNAME mqgw-snapshot"}
     assert len(ports) == 1, ports  # one connection did all the reading
-    mine = [c for p, c in mon.lines if p in ports]
+    mine = [c for p, c in lines if p in ports]
     verbs = [c.split(" ", 1)[0].upper() for c in mine]
     assert set(verbs) <= {"HELLO", "CLIENT", "SELECT", "PING", "SCAN", "HSCAN", "HGETALL", "TIME"}, set(verbs)
     assert verbs.count("TIME") == 1  # Redis' clock, once per sample, for the rate buckets
