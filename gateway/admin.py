@@ -18,11 +18,12 @@ RESET_MODES = ("earliest", "latest", "timestamp", "offset")
 
 
 async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, Any],
-                client_idle_ms: int = 7 * 86_400_000, open_mode: bool = True) -> dict[str, Any]:
+                cfg: dict[str, str], client_idle_ms: int = 7 * 86_400_000) -> dict[str, Any]:
     """Move one consumer's committed offsets on a topic; see the README's operations section.
 
-    Outside open mode only a registered consumer, and only on its registered topics: a typo in
-    the name or topic must fail rather than create offsets nobody reads."""
+    ``cfg`` is the consumer's config (``Registry.require_known``, which refuses unknown names
+    outside open mode). A registered consumer is reset only on its registered topics: a typo in
+    the topic must fail rather than create offsets nobody reads."""
     extra = set(body) - {"topic", "to", "timestamp", "offset", "queue", "clientId"}
     if extra:
         raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
@@ -30,10 +31,7 @@ async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, 
     client = body.get("clientId")
     if client is not None and client != "*":
         client = check_name(client, "clientId")
-    cfg = await store.get_config(group)
     registered = cfg.get("registered") == "1"
-    if not registered and not open_mode:
-        raise not_found("unknown_consumer", f"consumer {group!r} is not registered")
     if registered and f",{topic}," not in cfg.get("topics", ""):
         raise bad_request("topic_not_allowed", f"consumer {group!r} is not registered for topic {topic!r}")
     mode = body.get("to")

@@ -76,8 +76,9 @@ async def pause_route(request: Request) -> Response:
 async def reset_route(request: Request) -> Response:
     gw = await _admin(request)
     group = check_name(request.path_params["group"], "consumer")
-    return JSON(await admin.reset(gw.store, gw.broker, group, await _object_body(request, gw),
-                                  gw.settings.client_idle_ms, gw.settings.open_mode))
+    body = await _object_body(request, gw)
+    cfg = await gw.registry.require_known(group)
+    return JSON(await admin.reset(gw.store, gw.broker, group, body, cfg, gw.settings.client_idle_ms))
 
 
 # -- producers -------------------------------------------------------------------------------

@@ -114,7 +114,8 @@ def test_reset_by_timestamp_semantics(redis_url: str) -> None:
 
     async def body(svc: ConsumeService) -> None:
         async def at(ts: int) -> int:
-            r = await reset(svc.store, b, "g", {"topic": "orders", "to": "timestamp", "timestamp": ts})
+            r = await reset(svc.store, b, "g", {"topic": "orders", "to": "timestamp", "timestamp": ts},
+                            await svc.store.get_config("g"))
             return r["queues"][0]["to"]
         assert await at(2500) == 2  # first record at or after the time
         assert await at(3000) == 2
