@@ -45,8 +45,8 @@ sys.path.insert(0, str(ROOT))
 
 import procstat  # noqa: E402
 import rawkafka  # noqa: E402
-from gateway import devstack  # noqa: E402
-from gateway.cli import _serve_cmd  # noqa: E402
+from gateway.cli import devstack  # noqa: E402
+from gateway.cli.main import _serve_cmd  # noqa: E402
 
 RESULTS = HERE / "results"
 BACKLOG_TOPIC = "bench-backlog"
@@ -298,8 +298,8 @@ def secure_setup(redis_url: str, port: int, specs: dict[str, dict[str, Any]], ph
     """Register the bench's producer and consumers and return one key bound to all of them."""
     import asyncio
 
-    from gateway.app import connect_redis
-    from gateway.auth import KeyStore
+    from gateway.store import connect as connect_redis
+    from gateway.core.auth import KeyStore
     from gateway.store import OffsetStore
 
     async def admin_key() -> str:

@@ -44,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway import devstack  # noqa: E402
+from gateway.cli import devstack  # noqa: E402
 
 PREFIX = "mqgw"
 
@@ -127,7 +127,7 @@ def snapshot_cmd(url: str, out: str, chunk: int | None) -> list[str]:
     args = ["snapshot", "--once", "--out", out, "--redis-url", url]
     if chunk is None:
         return [sys.executable, "-m", "gateway", *args]
-    code = (f"import sys, gateway.snapshot as s; s.CHUNK = {chunk}; from gateway.cli import main; "
+    code = (f"import sys, gateway.ops.snapshot as s; s.CHUNK = {chunk}; from gateway.cli.main import main; "
             f"sys.exit(main({args!r}))")
     return [sys.executable, "-c", code]
 

@@ -21,6 +21,8 @@ DEV_HMAC_KEY = "mqgw-dev-key-change-me"
 @dataclass(frozen=True, slots=True)
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
+    #: The broker adapter: ``kafka``, or ``memory`` (in-process, one worker; for tests).
+    broker: str = "kafka"
     kafka_bootstrap: str = "127.0.0.1:9092"
     #: Extra librdkafka settings (``KAFKA_CONFIG`` as ``k=v,k=v``), e.g. SASL/TLS.
     kafka_config: str = ""

@@ -21,7 +21,7 @@ import httpx
 import pytest
 import redis
 
-from gateway import devstack
+from gateway.cli import devstack
 
 ROOT = Path(__file__).resolve().parent.parent
 HMAC_KEY = "test-hmac-key"
@@ -114,7 +114,7 @@ def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1,
     env.update({f"MQGW_{k.upper()}": str(v) for k, v in settings.items()})
     log = tmp / f"node-{port}.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "gateway.app:factory", "--factory", "--host", "127.0.0.1",
+        [sys.executable, "-m", "uvicorn", "gateway.api.app:factory", "--factory", "--host", "127.0.0.1",
          "--port", str(port), "--workers", str(workers), "--loop", "uvloop", "--http", "httptools",
          "--no-access-log"],
         cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)

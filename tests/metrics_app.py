@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from gateway import logs, metrics
+from gateway.ops import logs, metrics
 
 PID = str(os.getpid())
 

@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from gateway.admin import reset
-from gateway.consume import ConsumeService, FetchParams
+from gateway.core.reset import reset
+from gateway.core.consume import ConsumeService, FetchParams
 
-from .broker_double import MemoryBroker
+from gateway.broker.memory import MemoryBroker
 from .conftest import Api, unique
-from .test_consume_double import run
+from .test_consume_double import Wire, run
 
 
 def values(body: dict) -> list[str]:
@@ -112,7 +112,7 @@ def test_reset_by_timestamp_semantics(redis_url: str) -> None:
         b.append("orders", "0", f"t{i}")
         b.logs["orders"]["0"][i].timestamp = 1000 * (i + 1)
 
-    async def body(svc: ConsumeService) -> None:
+    async def body(svc: Wire) -> None:
         async def at(ts: int) -> int:
             r = await reset(svc.store, b, "g", {"topic": "orders", "to": "timestamp", "timestamp": ts},
                             await svc.store.get_config("g"))
@@ -121,7 +121,7 @@ def test_reset_by_timestamp_semantics(redis_url: str) -> None:
         assert await at(3000) == 2
         assert await at(0) == 0
         assert await at(99_000) == 5  # after the last record: the end
-        got = await svc.fetch(FetchParams("g", "", "orders", 10, 0, "utf8", "x"))
+        got = await svc.fetch(FetchParams("g", "", "orders", 10, 0, "x"))
         assert [m["value"] for m in got["messages"]] == []  # reset to the end: nothing left
     run(redis_url, b, body)
 

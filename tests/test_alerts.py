@@ -20,17 +20,17 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from gateway import backlog
-from gateway.alerts import AlertMonitor
-from gateway.auth import Authorizer, KeyStore
+from gateway.ops import backlog
+from gateway.ops.alerts import AlertMonitor
+from gateway.core.auth import Authorizer, KeyStore
 from gateway.config import Settings
-from gateway.consume import ConsumeService, FetchParams
-from gateway.registry import Registry
-from gateway.requestid import RequestIdCodec
+from gateway.core.consume import ConsumeService, FetchParams
+from gateway.core.registry import Registry
+from gateway.core.requestid import RequestIdCodec
 from gateway.store import OffsetStore, now_ms
-from gateway.watermarks import Watermarks
+from gateway.core.watermarks import Watermarks
 
-from .broker_double import MemoryBroker
+from gateway.broker.memory import MemoryBroker
 from .conftest import Api, Node, start_node, unique
 
 
@@ -388,8 +388,9 @@ def test_ages_retention_broker_errors_and_gauges_in_process(redis_url: str) -> N
             gw = SimpleNamespace(settings=settings, redis=r, store=store, broker=b,
                                  registry=Registry(store, settings))
             g = unique()
-            got = await svc.fetch(FetchParams(g, "", "orders", 2, 0, "utf8", "test"))
-            assert got["queue"] == "0" and (await svc.ack(got["requestId"])).result == "committed"
+            got = (await svc.fetch(FetchParams(g, "", "orders", 2, 0, "test"))).batch
+            assert got is not None and got.queue == "0"
+            assert (await svc.ack(got.request_id)).result == "committed"
 
             [c] = await backlog.collect(gw)
             assert (c["consumer"], c["totalBacklog"]) == (g, 5)
@@ -501,7 +502,7 @@ def test_evaluations_on_two_nodes_never_overlap(redis_url: str) -> None:
 ])
 def test_webhook_retries_with_backoff(monkeypatch, fail_first: int, fail_status: int,
                                       attempts: int, delivered: bool) -> None:
-    from gateway import alerts as alerts_mod
+    from gateway.ops import alerts as alerts_mod
 
     monkeypatch.setattr(alerts_mod, "WEBHOOK_BACKOFF_S", 0.02)
     receiver = Receiver(fail_first=fail_first, fail_status=fail_status)

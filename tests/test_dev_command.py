@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from gateway import devstack
+from gateway.cli import devstack
 
 from .conftest import ROOT
 

@@ -19,7 +19,7 @@ def topic(make_topic_module) -> str:
 
 @pytest.fixture(scope="module")
 def make_topic_module(bootstrap: str) -> str:
-    from gateway import devstack
+    from gateway.cli import devstack
 
     name = unique("errors")
     devstack.create_topic(bootstrap, name, 2)
@@ -192,7 +192,7 @@ def test_a_read_only_redis_is_503_not_500(bootstrap: str, tmp_path, topic: str) 
     unreachable Redis, never an internal error."""
     import redis as sync_redis
 
-    from gateway import devstack
+    from gateway.cli import devstack
 
     from .conftest import start_node
 

@@ -2,7 +2,7 @@
 
 The first tests build a small starlette app in-process; ``test_multiprocess_*`` runs
 ``tests/metrics_app.py`` under ``uvicorn --workers 2``; the ``gateway_*`` tests run real gateway
-nodes (``mqgw serve``) and are skipped until gateway.app wires the middleware and ``/metrics``.
+nodes (``mqgw serve``) and are skipped until gateway.api.app wires the middleware and ``/metrics``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
-from gateway import cli, devstack, logs, metrics
+from gateway.cli import devstack
+from gateway.cli import main as cli
+from gateway.ops import logs, metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 HEX32 = re.compile(r"[0-9a-f]{32}")
@@ -211,7 +213,7 @@ def test_log_config_is_a_valid_dictconfig() -> None:
     import logging.config
 
     cfg = logs.log_config("info")
-    assert cfg["formatters"]["json"]["()"] == "gateway.logs.JsonFormatter"
+    assert cfg["formatters"]["json"]["()"] == "gateway.ops.logs.JsonFormatter"
     logging.config.dictConfigClass(cfg)  # parses without applying
 
 
@@ -287,7 +289,7 @@ def test_request_ids_are_unique_32_hex_digits() -> None:
     ids = [logs.new_request_id() for _ in range(10_000)]
     assert len(set(ids)) == len(ids) and all(HEX32.fullmatch(i) for i in ids)
     # another process (worker or node) draws another random prefix
-    other = subprocess.run([sys.executable, "-c", "from gateway import logs; print(logs.new_request_id())"],
+    other = subprocess.run([sys.executable, "-c", "from gateway.ops import logs; print(logs.new_request_id())"],
                            capture_output=True, text=True, check=True).stdout.strip()
     assert HEX32.fullmatch(other) and other[:16] != ids[0][:16]
 

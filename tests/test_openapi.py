@@ -3,7 +3,7 @@
 The document itself is checked (OpenAPI 3.1, every ``$ref`` resolves, every schema is a valid
 JSON Schema of the OAS 3.1 dialect, every example matches its schema, the security declarations
 cover every operation but the open ones), its paths are compared with the routes of the app
-``gateway.app.create_app`` builds, both ways, and then real requests go through real gateway
+``gateway.api.app.create_app`` builds, both ways, and then real requests go through real gateway
 processes (conftest's cluster: uvicorn + redis-server + the broker): each response's status
 must be documented for its operation and its body must validate against the declared schema.
 
@@ -39,11 +39,11 @@ from referencing.jsonschema import DRAFT202012
 from starlette.routing import Route
 
 from .conftest import HMAC_KEY, Api, Node, start_node, unique
-from gateway import devstack
-from gateway.app import create_app
-from gateway.auth import KeyStore
+from gateway.cli import devstack
+from gateway.api.app import create_app
+from gateway.core.auth import KeyStore
 from gateway.config import Settings
-from gateway.requestid import BatchRef, RequestIdCodec
+from gateway.core.requestid import BatchRef, RequestIdCodec
 from gateway.store import OffsetStore
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -38,7 +38,7 @@ import matplotlib  # noqa: F401  (dev dependencies: missing is a failure, not a 
 import pyarrow.parquet as pq
 import pyspark  # noqa: F401
 
-from gateway import snapshot as snapshot_writer
+from gateway.ops import snapshot as snapshot_writer
 from gateway.reports import job, synth
 
 # `make test` installs Java; without it this suite must fail, not pass empty

@@ -4,8 +4,8 @@ import base64
 
 import pytest
 
-from gateway.errors import ApiError
-from gateway.requestid import BatchRef, RequestIdCodec
+from gateway.core.errors import DomainError, Invalid
+from gateway.core.requestid import BatchRef, RequestIdCodec
 
 REF = BatchRef("kafka", "orders", "", "payments", "3", 100, 132, 7)
 
@@ -24,14 +24,14 @@ def test_every_altered_byte_is_rejected() -> None:
         forged = bytearray(raw)
         forged[i] ^= 0x01
         text = base64.urlsafe_b64encode(bytes(forged)).rstrip(b"=").decode()
-        with pytest.raises(ApiError) as e:
+        with pytest.raises(DomainError) as e:
             c.decode(text)
-        assert e.value.status == 400 and e.value.code == "invalid_request_id"
+        assert isinstance(e.value, Invalid) and e.value.code == "invalid_request_id"  # 400
 
 
 def test_other_key_and_garbage_rejected() -> None:
-    with pytest.raises(ApiError):
+    with pytest.raises(DomainError):
         RequestIdCodec("other").decode(RequestIdCodec("k").encode(REF))
     for junk in ["", "x", "!!!!", "a" * 5000, "AAAA"]:
-        with pytest.raises(ApiError):
+        with pytest.raises(DomainError):
             RequestIdCodec("k").decode(junk)

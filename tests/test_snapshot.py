@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 import redis
 
-from gateway import devstack
-from gateway import snapshot as snap
+from gateway.cli import devstack
+from gateway.ops import snapshot as snap
 
 from .conftest import ROOT, Api, start_node, unique
 from .test_long_poll import Monitor

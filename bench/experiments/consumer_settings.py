@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 import rawkafka  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
-from gateway import devstack  # noqa: E402
+from gateway.cli import devstack  # noqa: E402
 
 TOPIC = "settings"
 

@@ -1,5 +1,35 @@
-"""Broker adapters behind one small interface (:class:`gateway.broker.base.Broker`)."""
+"""Broker adapters behind one port (:mod:`.base`): ``kafka`` and the in-memory ``memory``."""
 
-from .base import Broker, FetchResult, OutgoingMessage, ProduceResult, Record, UnknownTopic
+from __future__ import annotations
 
-__all__ = ["Broker", "FetchResult", "OutgoingMessage", "ProduceResult", "Record", "UnknownTopic"]
+from typing import TYPE_CHECKING
+
+from .base import (QUEUE_ID, Broker, BrokerUnavailable, Capability, FetchResult, OutgoingMessage,
+                   ProduceResult, Record, Skipped, SkipReason, UnknownTopic, check_queue_id)
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
+__all__ = ["QUEUE_ID", "Broker", "BrokerUnavailable", "Capability", "FetchResult", "OutgoingMessage",
+           "ProduceResult", "Record", "Skipped", "SkipReason", "UnknownTopic", "check_queue_id",
+           "create"]
+
+#: Broker names accepted by the ``broker`` setting.
+KINDS = ("kafka", "memory")
+
+
+def create(settings: Settings) -> Broker:
+    """The adapter the settings name. Each adapter is imported only when chosen."""
+    if settings.broker == "kafka":
+        from .kafka import KafkaBroker
+
+        return KafkaBroker(settings.kafka_bootstrap, extra=settings.kafka_extra(),
+                           pool_size=settings.fetch_pool_size, max_batch=settings.max_messages,
+                           produce_timeout_ms=settings.produce_timeout_ms,
+                           produce_linger_ms=settings.produce_linger_ms,
+                           gap_recheck_ms=settings.gap_recheck_ms)
+    if settings.broker == "memory":
+        from .memory import MemoryBroker
+
+        return MemoryBroker()
+    raise ValueError(f"unknown broker {settings.broker!r}: one of {', '.join(KINDS)}")

@@ -1,18 +1,48 @@
-"""The broker interface the HTTP and Redis code is written against.
+"""The broker port: what the core needs from a message broker, and nothing broker-specific.
 
-A broker exposes *queues* (Kafka partitions, RocketMQ message queues) named by an
-opaque string id. Offsets are the broker's own; ``hi`` is the next offset to be
+A broker exposes *queues* (Kafka partitions, RocketMQ message queues) named by an opaque
+string id (:data:`QUEUE_ID`). Offsets are the broker's own and need not be contiguous: a fetch
+says where the next read starts (:attr:`FetchResult.next_offset`), so the core never computes
+``last + 1`` and never knows why offsets were skipped (compaction, transaction markers,
+retention, tag filtering). Each adapter owns those rules. ``hi`` is the next offset to be
 written (Kafka's high watermark), so a queue's backlog is ``hi - committed``.
 """
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from enum import Enum
+
+#: Queue ids are embedded in Redis hash fields (``topic:queue:attr``) and in comma-separated
+#: lists, so they may not contain ':' or ','. This is the whole allowed set.
+QUEUE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 class UnknownTopic(Exception):
-    pass
+    """The topic (or the queue) does not exist on the broker."""
+
+
+class BrokerUnavailable(Exception):
+    """The broker did not answer in time, or failed: the caller should retry."""
+
+
+class Capability(str, Enum):
+    """What a broker can do natively; features ask before they build it themselves."""
+
+    #: The broker holds a record until a due time (RocketMQ 5 timer messages); without it the
+    #: gateway delays records itself.
+    DELAYED_DELIVERY = "delayed_delivery"
+    #: Records can be deleted below an offset (retention moves the low watermark).
+    OUT_OF_RETENTION = "out_of_retention"
+
+
+def check_queue_id(q: str) -> str:
+    """A queue id as the port promises it; an adapter that breaks the rule fails loudly."""
+    if not QUEUE_ID.fullmatch(q):
+        raise ValueError(f"queue id {q!r} is not 1-64 characters of [A-Za-z0-9._-]")
+    return q
 
 
 @dataclass(slots=True)
@@ -24,17 +54,35 @@ class Record:
     timestamp: int  # ms since the epoch, -1 if the broker gave none
 
 
+class SkipReason(str, Enum):
+    OUT_OF_RETENTION = "out_of_retention"  # the start offset was deleted by retention
+    GAP = "gap"  # offsets with no record before the first returned one (compaction, markers)
+    NO_RECORDS = "no_records"  # offsets with no record and nothing readable after them
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """Offsets ``[start, end)`` a read stepped over without records, and why."""
+
+    start: int
+    end: int
+    reason: SkipReason
+
+
 @dataclass(slots=True)
 class FetchResult:
+    """What a read at ``offset`` returned.
+
+    ``next_offset`` is where the next read starts: after the last record, or past offsets the
+    adapter knows hold nothing readable (then ``skipped`` says which and why). With no records
+    and nothing skipped it equals the requested offset.
+    """
+
     records: list[Record]
+    next_offset: int
     #: High watermark learned from the fetch response, -1 if unknown.
     high_watermark: int = -1
-    #: The requested offset is below the earliest retained one; ``low_watermark`` says where data starts.
-    out_of_range: bool = False
-    low_watermark: int = -1
-    #: With no records: the offset the broker says the readable log ends at, when it is above the
-    #: requested one (offsets taken by transaction markers or aborted records), else -1.
-    end_offset: int = -1
+    skipped: Skipped | None = None
 
 
 @dataclass(slots=True)
@@ -42,15 +90,15 @@ class OutgoingMessage:
     value: bytes | None
     key: bytes | None = None
     headers: list[tuple[str, bytes]] = field(default_factory=list)
-    partition: int | None = None
+    queue: str | None = None  # None: the broker picks (by key, or spreads them)
     timestamp: int | None = None
 
 
 @dataclass(slots=True)
 class ProduceResult:
-    partition: int = -1
+    queue: str = ""
     offset: int = -1
-    error_code: str = ""
+    error_code: str = ""  # unknown_topic | unknown_partition | message_too_large | broker_timeout | broker_error
     error: str = ""
 
 
@@ -58,6 +106,7 @@ class Broker(ABC):
     """One broker cluster. Implementations hold long-lived clients created in :meth:`start`."""
 
     name: str
+    capabilities: frozenset[Capability] = frozenset()
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Connect long-lived clients."""

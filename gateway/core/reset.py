@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .broker import Broker
+from ..broker import Broker
 from .errors import bad_request, not_found
 from .names import check_name, check_topic
-from .store import OffsetStore
+from ..store import OffsetStore
 
 RESET_MODES = ("earliest", "latest", "timestamp", "offset")
 

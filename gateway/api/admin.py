@@ -13,11 +13,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from . import admin
-from .errors import bad_request, not_found
-from .http import JSON, read_json
-from .names import check_name
-from .registry import check_names
+from ..core import reset as reset_offsets
+from ..core.errors import bad_request, not_found
+from ..core.names import check_name
+from ..core.registry import check_names
+from ..ops import backlog
+from ..store import now_ms
+from .routes import JSON, read_json
 
 
 def _gw(request: Request) -> Any:
@@ -78,7 +80,7 @@ async def reset_route(request: Request) -> Response:
     group = check_name(request.path_params["group"], "consumer")
     body = await _object_body(request, gw)
     cfg = await gw.registry.require_known(group)
-    return JSON(await admin.reset(gw.store, gw.broker, group, body, cfg, gw.settings.client_idle_ms))
+    return JSON(await reset_offsets.reset(gw.store, gw.broker, group, body, cfg, gw.settings.client_idle_ms))
 
 
 # -- producers -------------------------------------------------------------------------------
@@ -130,9 +132,6 @@ async def key_route(request: Request) -> Response:
 
 # -- backlog and alerts ----------------------------------------------------------------------
 async def backlog_route(request: Request) -> Response:
-    from . import backlog
-    from .store import now_ms
-
     gw = await _admin(request)
     names = [check_name(c, "consumer") for c in request.query_params.getlist("consumer")]
     rows = await backlog.collect(gw, names or None, with_age=_flag(request, "age", default=True))

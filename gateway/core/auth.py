@@ -22,8 +22,9 @@ from typing import Any, Mapping
 
 import orjson
 
-from .errors import ApiError, forbidden, unauthorized
-from .store import Credential, OffsetStore, now_ms
+from .errors import DomainError, forbidden, unauthorized
+
+from ..store import Credential, OffsetStore, now_ms
 
 _KEY = re.compile(r"mqgw_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")
 
@@ -162,7 +163,7 @@ class Authorizer:
         if group not in rec.consumers:
             raise forbidden("forbidden", f"this API key may not consume as {group!r}")
 
-    async def consume_refused(self, cred: Credential | None, group: str) -> ApiError:
+    async def consume_refused(self, cred: Credential | None, group: str) -> DomainError:
         """A consume script said ``unauthorized``: 401 for a bad key, 403 for a key of someone else."""
         if cred is None or await self.keys.verify(cred) is None:
             return unauthorized("invalid_api_key", "the API key is not valid")

@@ -10,12 +10,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .consume import FetchParams, ack_body, ack_status
-from .errors import ApiError, bad_request
-from .metrics import fetched, metrics_route
-from .names import check_name, check_topic
-from .produce import check_producer, parse_produce, produce
-from .store import now_ms
+from ..core.consume import FetchParams, FetchStatus
+from ..core.errors import bad_request
+from ..core.names import check_name, check_topic
+from ..core.produce import check_producer, produce
+from ..ops import metrics
+from ..ops.metrics import metrics_route
+from ..store import AckOutcome, UnlockOutcome, now_ms
+from .errors import ApiError
+from .wire import ack_body, fetched_body, parse_produce, produced_body
 
 
 class JSON(Response):
@@ -92,8 +95,17 @@ async def produce_route(request: Request) -> Response:
     body = await read_json(request, gw.settings.max_body_bytes)
     topic, producer, messages = parse_produce(body, gw.settings.max_produce_batch)
     await check_producer(gw.store, credential, gw.settings.open_mode, producer, topic)
-    return JSON(await produce(gw.broker, topic, messages))
+    result = await produce(gw.broker, topic, messages)
+    metrics.produced(len(result.results) - result.failed, result.failed)
+    return JSON(produced_body(result))
 
+
+# -- statuses of the consume path ---------------------------------------------------------
+_ACK_STATUS = {AckOutcome.COMMITTED: 200, AckOutcome.ALREADY_COMMITTED: 200,
+               AckOutcome.LOCK_LOST: 409, AckOutcome.OFFSET_RESET: 409,
+               AckOutcome.OFFSET_MISMATCH: 409, AckOutcome.UNKNOWN: 404}
+_UNLOCK_STATUS = {UnlockOutcome.UNLOCKED: 200, UnlockOutcome.NOT_LOCKED: 200,
+                  UnlockOutcome.LOCK_LOST: 409, UnlockOutcome.UNKNOWN: 404}
 
 async def message_route(request: Request) -> Response:
     if request.method == "HEAD":  # starlette adds HEAD to GET routes; this GET locks and fetches
@@ -117,15 +129,17 @@ async def message_route(request: Request) -> Response:
         topic=check_topic(p.get("topic")),
         max_messages=_int(p, "max", s.default_max_messages, 1, s.max_messages),
         wait_ms=_int(p, "wait_ms", 0, 0, s.max_wait_ms),
-        encoding=encoding,
         address=client_address(request),
         ack_request_id=rid,
         credential=credential,
     )
-    body = await gw.consume.fetch(params)
-    fetched(body["status"], len(body["messages"]), bool(body.get("redelivered")))
-    if body["status"] == "rate_limited":
-        retry_s = str(max(1, -(-body["retryAfterMs"] // 1000)))
+    f = await gw.consume.fetch(params)
+    if f.ack is not None:
+        metrics.acked(f.ack.result.value)
+    metrics.fetched(f.status.value, f.messages, bool(f.batch and f.batch.redelivered))
+    body = fetched_body(f, gw.broker.name, encoding)
+    if f.status is FetchStatus.RATE_LIMITED:
+        retry_s = str(max(1, -(-f.retry_after_ms // 1000)))
         return JSON(body, status_code=429, headers={"Retry-After": retry_s})
     return JSON(body)
 
@@ -144,24 +158,26 @@ async def ack_route(request: Request) -> Response:
     gw = _state(request)
     credential = gw.auth.credential(request.headers)
     r = await gw.consume.ack(await _request_id(request), credential)
+    metrics.acked(r.result.value)
     body = ack_body(r)
-    status = ack_status(r)
+    status = _ACK_STATUS[r.result]
     if status != 200:
-        body["error"] = {"code": r.result if r.result != "unknown" else "unknown_queue",
-                         "message": body["message"]}
+        body["error"] = {"code": r.result.value if r.result is not AckOutcome.UNKNOWN
+                         else "unknown_queue", "message": body["message"]}
     return JSON(body, status_code=status)
 
 
 async def unlock_route(request: Request) -> Response:
     gw = _state(request)
     credential = gw.auth.credential(request.headers)
-    result, committed = await gw.consume.unlock(await _request_id(request), credential)
-    body: dict[str, Any] = {"result": result, "committedOffset": committed}
-    status = {"unlocked": 200, "not_locked": 200, "lock_lost": 409, "unknown": 404}[result]
+    r = await gw.consume.unlock(await _request_id(request), credential)
+    body: dict[str, Any] = {"result": r.result.value, "committedOffset": r.committed}
+    status = _UNLOCK_STATUS[r.result]
     if status != 200:
-        code = "lock_lost" if result == "lock_lost" else "unknown_queue"
-        body["error"] = {"code": code, "message": "this batch no longer holds the queue's lock"
-                         if result == "lock_lost" else "no such queue for this consumer"}
+        lost = r.result is UnlockOutcome.LOCK_LOST
+        body["error"] = {"code": "lock_lost" if lost else "unknown_queue",
+                         "message": "this batch no longer holds the queue's lock"
+                         if lost else "no such queue for this consumer"}
     return JSON(body, status_code=status)
 
 
@@ -212,7 +228,7 @@ async def readyz(request: Request) -> Response:
     gw = _state(request)
     checks = {"redis": False, "broker": False}
     try:
-        checks["redis"] = bool(await gw.redis.ping())
+        checks["redis"] = await gw.store.ping()
     except Exception:
         pass
     checks["broker"] = await gw.broker.ping()

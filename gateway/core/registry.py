@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from .config import Settings
+from ..config import Settings
 from .errors import bad_request, not_found
 from .names import check_name, check_topic
-from .store import OffsetStore, now_ms
+from ..store import OffsetStore, now_ms
 
 MODES = ("cluster", "broadcast")
 #: Fields of the consumer API, and every hash field each one owns (PUT replaces all of them).

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from operator import methodcaller
 from typing import Any
 
-from .store import QueueState, now_ms, parse_queue_hash
+from ..store import QueueState, now_ms, parse_queue_hash
 
 log = logging.getLogger("mqgw.backlog")
 

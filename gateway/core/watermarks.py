@@ -17,9 +17,8 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-from .broker import Broker, UnknownTopic
-from .errors import not_found
-from .store import OffsetStore
+from ..broker import Broker, UnknownTopic
+from ..store import OffsetStore
 
 log = logging.getLogger("mqgw.watermarks")
 
@@ -51,7 +50,7 @@ class Watermarks:
         return e.version if e else 0
 
     async def get(self, topic: str) -> dict[str, tuple[int, int]]:
-        """Watermarks of ``topic``; raises 404 ``unknown_topic``.
+        """Watermarks of ``topic``; raises :class:`UnknownTopic`.
 
         A copy younger than ``refresh_ms`` is served as is. An older one is still served while
         one background task refreshes it (it is only a hint: stored max offsets never go down
@@ -67,7 +66,7 @@ class Watermarks:
                 self._refresh_once(topic, e)
                 return e.queues
         if time.monotonic() < self._unknown.get(topic, 0):
-            raise not_found("unknown_topic", f"topic {topic!r} does not exist")
+            raise UnknownTopic(topic)
         if e is None:
             e = self._topics[topic] = _Entry()
         await asyncio.shield(self._refresh_once(topic, e))
@@ -94,7 +93,7 @@ class Watermarks:
             except UnknownTopic:
                 self._unknown[topic] = time.monotonic() + 1.0
                 self._topics.pop(topic, None)
-                raise not_found("unknown_topic", f"topic {topic!r} does not exist") from None
+                raise
             await self.store.write_watermarks(topic, fresh)
             wm = {q: (max(lo, wm.get(q, (0, 0))[0]), max(hi, wm.get(q, (0, 0))[1]))
                   for q, (lo, hi) in fresh.items()}

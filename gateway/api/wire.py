@@ -1,7 +1,8 @@
-"""Turn a JSON produce request into broker messages, validating every field.
+"""The JSON wire format of the data API: produce requests in, fetch/ack bodies out.
 
-Values, keys and header values are UTF-8 text by default, or base64 bytes when the
-message (or the whole request) says ``"encoding": "base64"``.
+Values, keys and header values are UTF-8 text by default, or base64 bytes when the message
+(or the whole request) says ``"encoding": "base64"``; on the way out a record that is not
+valid UTF-8 is sent as base64. Only this module knows the camelCase field names.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ import base64
 import binascii
 from typing import Any
 
-from . import metrics
-from .broker import Broker, OutgoingMessage, ProduceResult
-from .errors import ApiError, bad_request, forbidden, unauthorized
-from .names import check_name, check_topic
-from .store import Credential, OffsetStore
+from ..broker import OutgoingMessage, Record
+from ..core.consume import Fetched, FetchStatus
+from ..core.errors import TooLarge, bad_request
+from ..core.names import check_name, check_topic
+from ..core.produce import Produced
+from ..store import AckOutcome, AckResult
 
 #: Kafka's field widths (int32 partition, int64 timestamp): larger JSON integers are refused here,
 #: before any record of the batch is handed to the producer.
@@ -39,7 +41,7 @@ def parse_produce(body: Any, max_batch: int) -> tuple[str, str, list[OutgoingMes
         if not isinstance(raw, list) or not raw:
             raise bad_request("invalid_messages", "messages must be a non-empty array")
         if len(raw) > max_batch:
-            raise ApiError(413, "too_many_messages", f"at most {max_batch} messages per request",
+            raise TooLarge("too_many_messages", f"at most {max_batch} messages per request",
                            limit=max_batch)
         extra = set(body) - {"topic", "producer", "messages", "encoding"}
     else:
@@ -50,28 +52,6 @@ def parse_produce(body: Any, max_batch: int) -> tuple[str, str, list[OutgoingMes
     if extra:
         raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
     return topic, producer, [_message(m, i, default_enc) for i, m in enumerate(raw)]
-
-
-async def check_producer(store: OffsetStore, credential: Credential | None, open_mode: bool,
-                         producer: str, topic: str) -> None:
-    """Refuse a produce the key or the producer registry does not allow (one Redis call; none
-    at all when auth is off and the gateway is in open mode)."""
-    if credential is None and open_mode and not producer:
-        return
-    verdict, who = await store.produce_check(credential, open_mode, producer, topic)
-    if verdict == "ok":
-        return
-    if verdict == "unauthenticated":
-        raise unauthorized("invalid_api_key", "the API key is not valid")
-    if verdict == "forbidden":
-        raise forbidden("forbidden", f"this API key may not produce as {who!r}" if who
-                        else "this API key is not bound to any producer")
-    if verdict == "producer_required":
-        raise bad_request("missing_producer", "name the producer: 'producer' in the body")
-    if verdict == "unregistered_producer":
-        raise forbidden("unregistered_producer", f"producer {who!r} is not registered "
-                        f"(PUT /admin/producers/{who})")
-    raise forbidden("topic_not_allowed", f"producer {who!r} is not registered for topic {topic!r}")
 
 
 def _message(m: Any, i: int, default_enc: str) -> OutgoingMessage:
@@ -100,7 +80,7 @@ def _message(m: Any, i: int, default_enc: str) -> OutgoingMessage:
             hv = _bytes(pair[1], enc, i, f"headers[{pair[0]}]")
             headers.append((pair[0], hv if hv is not None else b""))
         if len(headers) > MAX_HEADERS:
-            raise ApiError(413, "too_many_headers", f"messages[{i}] has more than {MAX_HEADERS} headers",
+            raise TooLarge("too_many_headers", f"messages[{i}] has more than {MAX_HEADERS} headers",
                            index=i, limit=MAX_HEADERS)
     partition = m.get("partition")
     if partition is not None and (type(partition) is not int or not 0 <= partition <= MAX_PARTITION):
@@ -109,7 +89,7 @@ def _message(m: Any, i: int, default_enc: str) -> OutgoingMessage:
     if ts is not None and (type(ts) is not int or not 0 <= ts <= MAX_TIMESTAMP):
         raise bad_request("invalid_timestamp", f"messages[{i}].timestamp must be ms since the epoch",
                           index=i)
-    return OutgoingMessage(value, key, headers, partition, ts)
+    return OutgoingMessage(value, key, headers, str(partition) if partition is not None else None, ts)
 
 
 def _bytes(v: Any, enc: str, i: int, name: str) -> bytes | None:
@@ -126,28 +106,83 @@ def _bytes(v: Any, enc: str, i: int, name: str) -> bytes | None:
         raise bad_request("invalid_base64", f"messages[{i}].{name} is not valid base64", index=i) from None
 
 
-async def produce(broker: Broker, topic: str, messages: list[OutgoingMessage]) -> dict[str, Any]:
-    """Send after checking partitions, so a bad partition fails alone and fast."""
-    queues = set(await broker.queues(topic))
-    results: list[ProduceResult | None] = [None] * len(messages)
-    to_send: list[int] = []
-    for i, m in enumerate(messages):
-        if m.partition is not None and str(m.partition) not in queues:
-            results[i] = ProduceResult(error_code="unknown_partition",
-                                       error=f"topic {topic!r} has no partition {m.partition}")
-        else:
-            to_send.append(i)
-    sent = await broker.produce(topic, [messages[i] for i in to_send])
-    for i, r in zip(to_send, sent, strict=True):
-        results[i] = r
-    out = []
-    failed = 0
-    for r in results:
-        assert r is not None
+
+
+def produced_body(p: Produced) -> dict[str, Any]:
+    out: list[dict[str, Any]] = []
+    for r in p.results:
         if r.error_code:
-            failed += 1
             out.append({"error": {"code": r.error_code, "message": r.error}})
         else:
-            out.append({"partition": r.partition, "offset": r.offset})
-    metrics.produced(len(out) - failed, failed)
-    return {"topic": topic, "failed": failed, "results": out}
+            out.append({"partition": int(r.queue) if r.queue.isdigit() else r.queue,
+                        "offset": r.offset})
+    return {"topic": p.topic, "failed": p.failed, "results": out}
+
+
+_ACK_MESSAGE = {
+    AckOutcome.COMMITTED: "offsets committed",
+    AckOutcome.ALREADY_COMMITTED: "this batch was already committed; nothing changed",
+    AckOutcome.LOCK_LOST: "another fetch took the queue (this batch's lock expired or was "
+                          "unlocked); the batch will be (or was) redelivered there",
+    AckOutcome.OFFSET_RESET: "an operator reset this queue's offsets after the batch was "
+                             "fetched; nothing changed",
+    AckOutcome.OFFSET_MISMATCH: "the committed offset no longer matches this batch; nothing changed",
+    AckOutcome.UNKNOWN: "no such queue for this consumer (expired clientId or deleted consumer)",
+}
+
+
+def ack_body(r: AckResult) -> dict[str, Any]:
+    body: dict[str, Any] = {"result": r.result.value, "committedOffset": r.committed,
+                            "message": _ACK_MESSAGE[r.result]}
+    if r.result is AckOutcome.COMMITTED:
+        body["lock"] = r.lock_state
+    return body
+
+
+def fetched_body(f: Fetched, broker: str, encoding: str) -> dict[str, Any]:
+    body: dict[str, Any]
+    b = f.batch
+    if b is None:
+        body = {"status": f.status.value, "topic": f.topic, "messages": []}
+        if f.status is FetchStatus.RATE_LIMITED:
+            body["retryAfterMs"] = f.retry_after_ms
+    else:
+        body = {
+            "status": f.status.value, "requestId": b.request_id, "broker": broker,
+            "topic": f.topic, "queue": b.queue, "offset": b.offset, "nextOffset": b.next_offset,
+            "backlog": b.backlog, "redelivered": b.redelivered, "lockTimeoutMs": b.lock_timeout_ms,
+            "messages": encode_records(b.records, encoding),
+        }
+        if b.skipped is not None:
+            body["skipped"] = {"from": b.skipped.start, "to": b.skipped.end,
+                               "reason": b.skipped.reason.value}
+    if f.ack is not None:
+        body["ack"] = ack_body(f.ack)
+    return body
+
+
+def encode_records(records: list[Record], encoding: str) -> list[dict[str, Any]]:
+    """Records as JSON: UTF-8 text, or base64 per record when asked or when not valid UTF-8."""
+    out = []
+    b64 = encoding == "base64"
+    for r in records:
+        key, value, headers = r.key, r.value, r.headers
+        enc = "base64" if b64 else "utf8"
+        if not b64:
+            try:
+                k = key.decode() if key is not None else None
+                v = value.decode() if value is not None else None
+                h = [[n, hv.decode() if hv is not None else None] for n, hv in headers]
+            except UnicodeDecodeError:
+                enc = "base64"
+        if enc == "base64":
+            k = _b64(key)
+            v = _b64(value)
+            h = [[n, _b64(hv)] for n, hv in headers]
+        out.append({"offset": r.offset, "timestamp": r.timestamp, "key": k, "value": v,
+                    "headers": h, "encoding": enc})
+    return out
+
+
+def _b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode()

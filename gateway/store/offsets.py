@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from enum import Enum
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 
-_LUA = resources.files("gateway") / "lua"
+_LUA = resources.files("gateway.store") / "lua"
 _FIELDS = ("max", "com", "lock", "tok", "acc", "addr")
 
 
@@ -93,11 +94,36 @@ class Paused:
     """The consumer is paused: nothing was locked."""
 
 
+class AckOutcome(str, Enum):
+    """What ack.lua decided (``unauthorized`` never leaves the core: it becomes an error)."""
+
+    COMMITTED = "committed"
+    ALREADY_COMMITTED = "already_committed"
+    LOCK_LOST = "lock_lost"  # another fetch took the queue
+    OFFSET_RESET = "offset_reset"  # an operator reset the queue after the fetch
+    OFFSET_MISMATCH = "offset_mismatch"
+    UNKNOWN = "unknown"  # no such queue for this consumer
+    UNAUTHORIZED = "unauthorized"
+
+
+class UnlockOutcome(str, Enum):
+    UNLOCKED = "unlocked"
+    NOT_LOCKED = "not_locked"
+    LOCK_LOST = "lock_lost"
+    UNKNOWN = "unknown"
+    UNAUTHORIZED = "unauthorized"
+
+
 @dataclass(frozen=True, slots=True)
 class AckResult:
-    result: str  # committed | already_committed | lock_lost | offset_reset | offset_mismatch | unknown
+    result: AckOutcome
     committed: int
     lock_state: str  # for committed: held | expired | released
+
+
+class UnlockResult(NamedTuple):
+    result: UnlockOutcome
+    committed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +230,7 @@ class OffsetStore:
                 default_timeout_ms, high_watermark, int(credential is not None), cred.key_id,
                 cred.sha256]
         r = await self._ack(keys=keys, args=args)
-        return AckResult(_s(r[0]), int(r[1]), _s(r[2]))
+        return AckResult(AckOutcome(_s(r[0])), int(r[1]), _s(r[2]))
 
     async def unlock(
         self, group: str, client_id: str, topic: str, queue: str, token: int,
@@ -214,7 +240,14 @@ class OffsetStore:
         r = await self._unlock(keys=[self.queues_key(group, client_id), self.grants_key(group)],
                                args=[f"{topic}:{queue}:", token, high_watermark,
                                      int(credential is not None), cred.key_id, cred.sha256])
-        return _s(r[0]), int(r[1])
+        return UnlockResult(UnlockOutcome(_s(r[0])), int(r[1]))
+
+    async def mark_seen(self, group: str) -> None:
+        """List an unregistered consumer served in open mode (for the all-consumer views)."""
+        await self.redis.sadd(self.registry_key("seen"), group)
+
+    async def ping(self) -> bool:
+        return bool(await self.redis.ping())
 
     async def refund(self, group: str, tokens: int) -> int:
         """Give ``tokens`` back to the consumer's rate-limit bucket (a batch read short of what

@@ -14,7 +14,8 @@ import tempfile
 import time
 from collections.abc import Iterator, MutableMapping
 
-from . import admin_cli, devstack
+from . import admin as admin_cli
+from . import devstack
 
 PROM_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -54,7 +55,7 @@ def serve(args: argparse.Namespace) -> int:
     """Run uvicorn in this process (it becomes the workers' supervisor), then clean up."""
     import uvicorn
 
-    from .config import Settings
+    from ..config import Settings
 
     level = str(getattr(Settings.load(), "log_level", "INFO"))  # the workers read the same settings
     # uvicorn re-raises the SIGTERM it shut down on; make that an exit that runs the cleanup.
@@ -62,9 +63,9 @@ def serve(args: argparse.Namespace) -> int:
     # Set before prometheus_client is imported (gateway.logs imports it): with --workers 1 the
     # app runs in this very process.
     with prometheus_dir(os.environ):
-        from . import logs
+        from ..ops import logs
 
-        uvicorn.run("gateway.app:factory", factory=True, host=args.host, port=args.port,
+        uvicorn.run("gateway.api.app:factory", factory=True, host=args.host, port=args.port,
                     workers=args.workers, loop="uvloop", http="httptools", access_log=False,
                     timeout_graceful_shutdown=5, log_config=logs.log_config(level))
     return 0
@@ -140,7 +141,7 @@ def _patch_json(url: str, body: dict) -> None:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
-    from . import snapshot  # imports pyarrow: only for this command
+    from ..ops import snapshot  # imports pyarrow: only for this command
 
     return snapshot.run(args)
 
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redis-url", help="default: the gateway's redis_url setting")
     p.add_argument("-v", "--verbose", action="store_true", help="a line on stderr per sample")
     p.set_defaults(fn=_snapshot)
-    from .reports import job as report_job  # imports pyspark only when the command runs
+    from ..reports import job as report_job  # imports pyspark only when the command runs
 
     p = sub.add_parser("report", help="lag/backlog report from snapshots, with Spark")
     report_job.add_arguments(p)

@@ -72,9 +72,9 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .config import redact_url
-from .files import fsync_path
-from .store import QueueState, parse_queue_hash
+from ..config import redact_url
+from ..files import fsync_path
+from ..store import QueueState, parse_queue_hash
 
 #: The file schema: a contract with the report job (``mqgw report``). Add columns at the end only.
 SCHEMA = pa.schema(
@@ -455,7 +455,7 @@ def parse_interval(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """``mqgw snapshot``: exit 0 after --once or after SIGTERM/SIGINT, 1 if --once failed."""
-    from .config import Settings
+    from ..config import Settings
 
     try:
         every = parse_interval(args.every)

@@ -37,8 +37,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from . import backlog
-from .errors import ApiError
-from .store import OffsetStore, now_ms
+from ..core.errors import Busy
+from ..store import OffsetStore, now_ms
 
 log = logging.getLogger("mqgw.alerts")
 
@@ -145,8 +145,7 @@ class AlertMonitor:
     async def evaluate_now(self) -> None:
         """Evaluate at once (whatever the lease), after any evaluation running on another node."""
         if not await self._locked(wait_s=LOCK_WAIT_S):
-            raise ApiError(503, "busy", "another alert evaluation is still running",
-                           headers={"Retry-After": "1"})
+            raise Busy("busy", "another alert evaluation is still running")
 
     async def _locked(self, wait_s: float) -> bool:
         token = uuid.uuid4().hex

@@ -108,15 +108,14 @@ def run_admin(a: argparse.Namespace) -> int:
 
 def bootstrap_key(a: argparse.Namespace) -> int:
     """Create an admin key straight in Redis (settings as the gateway reads them)."""
-    from .app import connect_redis
-    from .auth import KeyStore
-    from .config import Settings, redact_url
-    from .store import OffsetStore
+    from ..config import Settings, redact_url
+    from ..core.auth import KeyStore
+    from ..store import OffsetStore, connect
 
     settings = Settings.load()
 
     async def create() -> tuple[str, Any]:
-        r = connect_redis(settings.redis_url)
+        r = connect(settings.redis_url)
         try:
             return await KeyStore(OffsetStore(r, settings.key_prefix)).create(a.name, admin=True)
         finally:

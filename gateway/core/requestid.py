@@ -65,4 +65,8 @@ class RequestIdCodec:
         if len(parts) != _FIELDS or parts[0] != _VERSION:
             raise bad_request("invalid_request_id", "requestId version is not supported")
         _, broker, group, client_id, topic, queue, off, nxt, tok, hw = parts
-        return BatchRef(broker, group, client_id, topic, queue, int(off), int(nxt), int(tok), int(hw))
+        try:
+            nums = [int(x) for x in (off, nxt, tok, hw)]
+        except ValueError:  # signed with our key, yet not made by us: a leaked key, or a bug
+            raise bad_request("invalid_request_id", "requestId is malformed") from None
+        return BatchRef(broker, group, client_id, topic, queue, *nums)

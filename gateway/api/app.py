@@ -10,30 +10,29 @@ import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
-import redis.asyncio as aioredis
-import redis.exceptions
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-from . import logs, metrics
-from .admin_http import admin_routes
-from .alerts import AlertMonitor
-from .auth import Authorizer, KeyStore
-from .broker import Broker, UnknownTopic
-from .broker.kafka import KafkaBroker
-from .config import DEV_HMAC_KEY, Settings
-from .consume import ConsumeService
-from .errors import ApiError, BrokerUnavailable
-from .http import JSON, data_routes
-from .registry import Registry
-from .requestid import RequestIdCodec
-from .store import OffsetStore
-from .watermarks import Watermarks
+from .. import broker as brokers
+from ..broker import Broker, BrokerUnavailable, UnknownTopic
+from ..config import DEV_HMAC_KEY, Settings
+from ..core.auth import Authorizer, KeyStore
+from ..core.consume import ConsumeService
+from ..core.errors import DomainError
+from ..core.registry import Registry
+from ..core.requestid import RequestIdCodec
+from ..core.watermarks import Watermarks
+from ..ops import logs, metrics
+from ..ops.alerts import AlertMonitor
+from ..store import UNAVAILABLE, OffsetStore, connect
+from .admin import admin_routes
+from .errors import ApiError, from_domain, unavailable_body
+from .routes import JSON, data_routes
 
 log = logging.getLogger("mqgw")
 _SPEC = resources.files("gateway") / "openapi.yaml"  # a link to the top-level spec, packaged as data
@@ -42,7 +41,7 @@ _SPEC = resources.files("gateway") / "openapi.yaml"  # a link to the top-level s
 @dataclass
 class Gateway:
     settings: Settings
-    redis: aioredis.Redis
+    redis: Any  # the store's client; ops modules still read it (to be removed)
     store: OffsetStore
     broker: Broker
     consume: ConsumeService
@@ -51,15 +50,6 @@ class Gateway:
     keys: KeyStore
     auth: Authorizer
     alerts: AlertMonitor | None = None  # backlog alerts: set and started in lifespan
-
-
-def connect_redis(url: str) -> aioredis.Redis:
-    """``redis://`` for one server, ``redis+cluster://`` for Redis Cluster."""
-    if url.startswith("redis+cluster://"):
-        from redis.asyncio.cluster import RedisCluster
-
-        return RedisCluster.from_url("redis://" + url[len("redis+cluster://"):])  # type: ignore[return-value]
-    return aioredis.Redis.from_url(url, max_connections=256, health_check_interval=30)
 
 
 def create_app(settings: Settings | None = None, broker: Broker | None = None) -> Starlette:
@@ -71,11 +61,8 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
             # API keys guard nothing if anyone can sign a requestId that acks any offset range
             raise RuntimeError("auth is on but MQGW_HMAC_KEY is the public default: set a secret "
                                "shared by all nodes (e.g. openssl rand -hex 32)")
-        r = connect_redis(settings.redis_url)
-        b = broker or KafkaBroker(settings.kafka_bootstrap, extra=settings.kafka_extra(),
-                                  pool_size=settings.fetch_pool_size, max_batch=settings.max_messages,
-                                  produce_timeout_ms=settings.produce_timeout_ms,
-                                  produce_linger_ms=settings.produce_linger_ms)
+        r = connect(settings.redis_url)
+        b = broker or brokers.create(settings)
         await b.start()
         store = OffsetStore(r, settings.key_prefix)
         wm = Watermarks(store, b, settings.metadata_refresh_ms)
@@ -108,15 +95,11 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
                      middleware=[Middleware(logs.RequestContext, access_log=settings.access_log)],
                      exception_handlers={
         ApiError: _api_error,
+        DomainError: _domain_error,
         HTTPException: _http_error,
         UnknownTopic: _unknown_topic,
         BrokerUnavailable: _unavailable,
-        # unreachable, failing over, loading, read-only replica, cluster down: all "try again"
-        redis.exceptions.ConnectionError: _unavailable,
-        redis.exceptions.TimeoutError: _unavailable,
-        redis.exceptions.ReadOnlyError: _unavailable,
-        redis.exceptions.ClusterDownError: _unavailable,
-        redis.exceptions.TryAgainError: _unavailable,
+        **dict.fromkeys(UNAVAILABLE, _unavailable),  # Redis unreachable, failing over, read-only
         Exception: _internal,
     })
 
@@ -124,6 +107,11 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
     return JSON(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def _domain_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, DomainError)
+    return await _api_error(request, from_domain(exc))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -139,12 +127,11 @@ async def _unknown_topic(request: Request, exc: Exception) -> Response:
 
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
-    metrics.dependency_error("broker" if isinstance(exc, BrokerUnavailable) else "redis")
+    dep, body = unavailable_body(exc)
+    metrics.dependency_error(dep)
     log.warning("dependency unavailable on %s: %s", request.url.path, exc)
     # The cause (host, port, broker error) goes to the log, not to clients.
-    dep = "the broker" if isinstance(exc, BrokerUnavailable) else "Redis"
-    return JSON({"error": {"code": "unavailable", "message": f"{dep} is unavailable; retry shortly"}},
-                status_code=503, headers={"Retry-After": "1"})
+    return JSON(body, status_code=503, headers={"Retry-After": "1"})
 
 
 async def _internal(request: Request, exc: Exception) -> Response:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from ..errors import BrokerUnavailable
-from .base import FetchResult, Record, UnknownTopic
+from ..base import BrokerUnavailable, Record, UnknownTopic
 
 _OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
 UNKNOWN_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
@@ -31,6 +31,21 @@ SKIP_AHEAD = 5000
 #: Larger reads stay in the thread pool: building that many records on the event loop delays
 #: every other request of the process (measured: f1000 /message p99 doubled).
 INLINE_MAX = 100
+
+
+@dataclass(slots=True)
+class RawRead:
+    """One read as librdkafka saw it; :mod:`.adapter` turns it into the port's FetchResult."""
+
+    records: list[Record]
+    #: High watermark learned from the fetch response, -1 if unknown.
+    high_watermark: int = -1
+    #: The requested offset is below the earliest retained one; ``low_watermark`` says where data starts.
+    out_of_range: bool = False
+    low_watermark: int = -1
+    #: With no records: the offset the broker says the readable log ends at, when it is above the
+    #: requested one (offsets taken by transaction markers or aborted records), else -1.
+    end_offset: int = -1
 
 
 class WouldBlock(Exception):
@@ -68,7 +83,7 @@ class FetchPool:
         for pc in self._all:
             pc.consumer.close()
 
-    async def fetch(self, topic: str, partition: int, offset: int, max_records: int) -> FetchResult:
+    async def fetch(self, topic: str, partition: int, offset: int, max_records: int) -> RawRead:
         pc = await self._acquire(topic, partition)
         try:
             if max_records <= INLINE_MAX and pc.can_continue_to(topic, partition, offset):
@@ -98,7 +113,7 @@ class FetchPool:
 
 
 def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_records: int,
-         blocking: bool = True, state: tuple | None = None) -> FetchResult:
+         blocking: bool = True, state: tuple | None = None) -> RawRead:
     """Return up to ``max_records`` readable from ``offset`` now. Blocking (in a thread) by
     default; with ``blocking`` False it raises WouldBlock, carrying what it read so far as the
     ``state`` to continue from, instead of waiting."""
@@ -159,12 +174,12 @@ def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_record
             raise WouldBlock(None)  # handling it may wait on the broker: redo the read in a thread
         if error.code() in _OUT_OF_RANGE:
             lo, hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=5)
-            return FetchResult([], hi, out_of_range=True, low_watermark=lo)
+            return RawRead([], hi, out_of_range=True, low_watermark=lo)
         if error.code() in UNKNOWN_CODES:
             raise UnknownTopic(topic)
         raise BrokerUnavailable(str(error))
     end = eof_offset if not records and eof_offset > offset else -1
-    return FetchResult(records, hw if hw is not None and hw >= 0 else -1, end_offset=end)
+    return RawRead(records, hw if hw is not None and hw >= 0 else -1, end_offset=end)
 
 
 def _skip_to(pc: PooledConsumer, offset: int) -> tuple[bool, list[Record]]:

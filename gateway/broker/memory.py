@@ -1,0 +1,114 @@
+"""An in-memory broker, shipped for tests and experiments (as dramatiq ships its StubBroker).
+
+It follows the port's rules and nothing broker-specific: offsets may have holes (records
+removed as compaction would), retention moves the low watermark, topics can grow queues, and
+every read says where the next one starts. State lives in this object, so it serves one
+process only (``MQGW_BROKER=memory`` with one worker).
+"""
+
+from __future__ import annotations
+
+import time
+
+from .base import (Broker, Capability, FetchResult, OutgoingMessage, ProduceResult, Record,
+                   Skipped, SkipReason, UnknownTopic, check_queue_id)
+
+
+class MemoryBroker(Broker):
+    capabilities = frozenset({Capability.OUT_OF_RETENTION})
+
+    def __init__(self, name: str = "kafka") -> None:
+        # Named like the broker it stands in for: requestIds name their broker, and a test
+        # double must be able to ack what a real node handed out.
+        self.name = name
+        self.logs: dict[str, dict[str, dict[int, Record]]] = {}
+        self.low: dict[tuple[str, str], int] = {}
+        self.fetches: list[tuple[str, str, int]] = []
+        self.watermark_calls = 0
+
+    # -- test controls ------------------------------------------------------------------------
+    def create(self, topic: str, queues: int) -> None:
+        """Create ``topic`` with queues "0".."queues-1", or add queues to it."""
+        logs = self.logs.setdefault(topic, {})
+        for q in range(queues):
+            logs.setdefault(check_queue_id(str(q)), {})
+
+    def append(self, topic: str, queue: str, *values: str | bytes, timestamp: int = 0) -> list[int]:
+        log = self._log(topic, queue)
+        out = []
+        for v in values:
+            off = max(log) + 1 if log else self.low.get((topic, queue), 0)
+            log[off] = Record(off, None, v.encode() if isinstance(v, str) else v, [], timestamp)
+            out.append(off)
+        return out
+
+    def delete_before(self, topic: str, queue: str, offset: int) -> None:
+        """Retention: records below ``offset`` are gone."""
+        log = self._log(topic, queue)
+        for off in [o for o in log if o < offset]:
+            del log[off]
+        self.low[(topic, queue)] = offset
+
+    def remove(self, topic: str, queue: str, *offsets: int) -> None:
+        """Compaction: these offsets hold no record any more (the high watermark stays)."""
+        for off in offsets:
+            del self._log(topic, queue)[off]
+
+    # -- the port --------------------------------------------------------------------------
+    def _log(self, topic: str, queue: str) -> dict[int, Record]:
+        if topic not in self.logs or queue not in self.logs[topic]:
+            raise UnknownTopic(topic)
+        return self.logs[topic][queue]
+
+    def _hi(self, topic: str, queue: str) -> int:
+        log = self._log(topic, queue)
+        return max(log) + 1 if log else self.low.get((topic, queue), 0)
+
+    async def queues(self, topic: str) -> list[str]:
+        if topic not in self.logs:
+            raise UnknownTopic(topic)
+        return list(self.logs[topic])
+
+    async def watermarks(self, topic: str) -> dict[str, tuple[int, int]]:
+        self.watermark_calls += 1
+        return {q: (self.low.get((topic, q), 0), self._hi(topic, q)) for q in await self.queues(topic)}
+
+    async def offset_for_time(self, topic: str, queue: str, timestamp_ms: int) -> int:
+        log = self._log(topic, queue)
+        hits = [o for o in sorted(log) if log[o].timestamp >= timestamp_ms]
+        return hits[0] if hits else self._hi(topic, queue)
+
+    async def fetch(self, topic: str, queue: str, offset: int, max_records: int) -> FetchResult:
+        self.fetches.append((topic, queue, offset))
+        log = self._log(topic, queue)
+        hi = self._hi(topic, queue)
+        low = self.low.get((topic, queue), 0)
+        if offset < low:  # retention took the start: read from the first retained record
+            recs = [log[o] for o in sorted(log) if o >= low][:max_records]
+            skipped: Skipped | None = Skipped(offset, low, SkipReason.OUT_OF_RETENTION)
+            nxt = recs[-1].offset + 1 if recs else low
+            return FetchResult(recs, nxt, hi, skipped)
+        recs = [log[o] for o in sorted(log) if o >= offset][:max_records]
+        first = recs[0].offset if recs else hi
+        skipped = None
+        if first > offset:  # a hole (compaction): always real here, nothing races a write
+            skipped = Skipped(offset, first, SkipReason.GAP if recs else SkipReason.NO_RECORDS)
+        nxt = recs[-1].offset + 1 if recs else max(first, offset)
+        return FetchResult(recs, nxt, hi, skipped)
+
+    async def produce(self, topic: str, messages: list[OutgoingMessage]) -> list[ProduceResult]:
+        out = []
+        for m in messages:
+            q = m.queue or "0"
+            if topic not in self.logs:
+                out.append(ProduceResult(error_code="unknown_topic", error=f"no topic {topic!r}"))
+                continue
+            if q not in self.logs[topic]:
+                out.append(ProduceResult(error_code="unknown_partition", error=f"no queue {q!r}"))
+                continue
+            log = self.logs[topic][q]
+            off = max(log) + 1 if log else self.low.get((topic, q), 0)
+            ts = m.timestamp if m.timestamp is not None else int(time.time() * 1000)
+            log[off] = Record(off, m.key, m.value, list(m.headers), ts)
+            out.append(ProduceResult(q, off))
+        return out

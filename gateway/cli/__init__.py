@@ -1,0 +1,1 @@
+"""The ``mqgw`` command line: serve, dev, admin client, keys, snapshot, report."""

@@ -1,0 +1,1 @@
+"""Core services: consume, produce, registry, auth, resets. They know neither HTTP nor a broker."""

@@ -1,0 +1,1 @@
+"""Operations: backlog views, alerts, snapshots for reports, metrics and logs."""
