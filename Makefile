@@ -1,11 +1,12 @@
-# mq-gateway: `make run` starts everything locally, `make test` runs the suite, `make bench` measures.
+# mq-gateway: `make run` starts everything locally, `make test` runs the suite (`make test-fast`: all
+# but the tests marked slow), `make lint` runs ruff, mypy and the import contracts, `make bench` measures.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 APT_GET := $(shell [ "$$(id -u)" = 0 ] && echo apt-get || echo sudo apt-get)
 
-.PHONY: run test bench deps system lint clean
+.PHONY: run test test-fast bench deps system lint clean
 
 deps: system $(STAMP)
 
@@ -38,6 +39,19 @@ run: deps
 
 test: deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The inner loop: everything but the tests marked slow (Spark, Chromium, Redis Cluster, 30 s long
+# polls, ...); under two minutes on a 2-core machine.
+test-fast: deps
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# All three run, so one failing does not hide what the others find; configured in pyproject.toml.
+lint: deps
+	@rc=0; \
+	echo "ruff check"; $(BIN)/ruff check . || rc=1; \
+	echo "mypy"; $(BIN)/mypy || rc=1; \
+	echo "lint-imports"; $(BIN)/lint-imports || rc=1; \
+	exit $$rc
 
 bench: deps
 	$(BIN)/python bench/run.py $(BENCH_ARGS)

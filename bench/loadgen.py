@@ -25,7 +25,7 @@ import orjson
 import uvloop
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import httpc  # noqa: E402
+import httpc
 
 HOST = "127.0.0.1"
 
@@ -156,7 +156,10 @@ def produce_requests(topic: str, per_request: int, value_size: int, variants: in
 
 
 async def run_produce(spec: dict[str, Any]) -> dict[str, Any]:
-    reqs = produce_requests(spec["topic"], spec["per_request"], spec["value_size"])
+    if spec["kind"] == "noop":  # GET /healthz through the same app, middleware and connections
+        reqs = [httpc.get("/healthz")]
+    else:
+        reqs = produce_requests(spec["topic"], spec["per_request"], spec["value_size"])
     conns, placement = await open_connections(spec["port"], spec["concurrency"], spec.get("balance", []))
     win = Window(spec["warmup"], spec["duration"])
     lat: list[int] = []
@@ -179,6 +182,8 @@ async def run_produce(spec: dict[str, Any]) -> dict[str, Any]:
                 stats["errors"] += 1
                 if len(stats["error_samples"]) < 5:
                     stats["error_samples"].append(f"{status} {body[:200]!r}")
+            elif per == 0:
+                pass
             elif body.find(b'"failed":0,', 0, 120) < 0:
                 failed = orjson.loads(body)["failed"]
                 stats["failed_records"] += failed
@@ -328,7 +333,7 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     if spec.get("key"):
         httpc.EXTRA_HEADERS = f"Authorization: Bearer {spec['key']}\r\n"
-    fn = {"produce": run_produce, "consume": run_consume}[spec["kind"]]
+    fn = {"produce": run_produce, "noop": run_produce, "consume": run_consume}[spec["kind"]]
     result = uvloop.run(fn(spec))
     print(json.dumps(result), flush=True)
 

@@ -39,8 +39,9 @@ def main() -> None:
     threads: Counter[str] = Counter()
     total = 0
     for path in args.files:
-        for line in open(path, errors="replace"):
-            line = line.rstrip("\n")
+        with open(path, errors="replace") as f:
+            lines = f.read().splitlines()
+        for line in lines:
             if not line:
                 continue
             stack, _, n = line.rpartition(" ")

@@ -121,7 +121,7 @@ def run_one(rows: int, a: argparse.Namespace, base: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "gateway", "report", "--snapshots", str(data), "--out", str(out),
            "--master", a.master, "--driver-memory", a.driver_memory, "--top", "10",
-           "--conf", "spark.ui.enabled=false", *sum((["--conf", c] for c in a.conf), [])]
+           "--conf", "spark.ui.enabled=false", *(x for c in a.conf for x in ("--conf", c))]
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     p, wall, peak = _run_sampled(cmd, env)
     if p.returncode != 0:
@@ -170,7 +170,7 @@ def main() -> int:
     finally:
         if not a.dir and not a.keep:
             shutil.rmtree(base, ignore_errors=True)
-    doc = {"when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    doc = {"when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
            "command": " ".join([Path(sys.executable).name, *sys.argv]),
            "machine": _machine(), "master": a.master, "driver_memory": a.driver_memory,
            "results": results}

@@ -4,6 +4,8 @@
     .venv/bin/python bench/run.py            # or: make bench  (BENCH_ARGS="--duration 5")
 
 Phases (each measured for --duration seconds after --warmup seconds):
+  noop     GET /healthz, 16 connections: the HTTP stack alone (server, app, middleware), the
+           ceiling the other phases' request rates are compared with ("vs noop")
   raw      confluent-kafka produce (100 B values, the gateway's producer settings) and
            consume (assign at offset 0, fetch.queue.backoff.ms=0) on the same broker
   p1       POST /produce, 1 record per request, 16 connections
@@ -97,7 +99,7 @@ class Stack:
         for svc in reversed(self.services):
             try:
                 svc.stop()
-            except Exception as e:  # keep stopping the others
+            except Exception as e:  # noqa: BLE001 - keep stopping the others
                 print(f"warning: stopping {svc.name}: {e}", file=sys.stderr)
         self.services.clear()
 
@@ -138,11 +140,12 @@ def start_gateway(stack: Stack, redis_url: str, bootstrap: str, workers: int,
     port = devstack.free_port()
     env = {**os.environ, "MQGW_REDIS_URL": redis_url, "MQGW_KAFKA_BOOTSTRAP": bootstrap, **extra_env}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    log = open(RESULTS / "gateway.log", "wb")
     # ``python -m uvicorn`` puts its working directory first on sys.path: ``src`` decides which
     # gateway package is served (this checkout, or a patched copy given with --gateway-src).
-    proc = subprocess.Popen(_serve_cmd("127.0.0.1", port, workers), env=env, cwd=src, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    with open(RESULTS / "gateway.log", "wb") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(_serve_cmd("127.0.0.1", port, workers), env=env, cwd=src, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
     svc = stack.add(devstack.Service("gateway", port, proc))
     devstack.wait_port(port, timeout=30, proc=proc)
     deadline = time.monotonic() + 30
@@ -269,7 +272,9 @@ def git_head(src: Path) -> str:
 def machine_info() -> dict[str, Any]:
     model = ""
     try:
-        for line in open("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            cpuinfo = f.read().splitlines()
+        for line in cpuinfo:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
@@ -298,9 +303,9 @@ def secure_setup(redis_url: str, port: int, specs: dict[str, dict[str, Any]], ph
     """Register the bench's producer and consumers and return one key bound to all of them."""
     import asyncio
 
-    from gateway.store import connect as connect_redis
     from gateway.core.auth import KeyStore
     from gateway.store import OffsetStore
+    from gateway.store import connect as connect_redis
 
     async def admin_key() -> str:
         r = connect_redis(redis_url)
@@ -313,7 +318,8 @@ def secure_setup(redis_url: str, port: int, specs: dict[str, dict[str, Any]], ph
     used = [specs[p] for p in phases]
     topics = sorted({s["topic"] for s in used if s["kind"] == "produce"})
     groups = sorted({s["group"] for s in used if s["kind"] == "consume"})
-    calls: list[tuple[str, str, Any]] = [("PUT", "/admin/producers/bench", {"topics": topics or [BACKLOG_TOPIC]})]
+    calls: list[tuple[str, str, Any]] = [
+        ("PUT", "/admin/producers/bench", {"topics": topics or [BACKLOG_TOPIC]})]
     calls += [("PUT", f"/admin/consumers/{g}", {"topics": [BACKLOG_TOPIC], "start": "earliest",
                                                  "rateLimit": {"messagesPerSecond": 1e8}}) for g in groups]
     calls.append(("POST", "/admin/keys", {"name": "bench", "producers": ["bench"], "consumers": groups}))
@@ -343,11 +349,12 @@ def _ms(d: dict[str, Any], k: str) -> str:
 
 def report(res: dict[str, Any]) -> str:
     raw, ph, ratios = res["raw"], res["phases"], res["ratios"]
-    rows = [("figure", "records/s", "req/s", "p50 ms", "p99 ms", "vs raw", "target")]
+    rows = [("figure", "records/s", "req/s", "p50 ms", "p99 ms", "vs raw", "vs noop", "target")]
     rows.append(("raw produce, 100 B (gateway producer conf)", _n(raw["produce"]["records_per_s"]),
-                 "", "", "", "1", ""))
-    rows.append(("raw consume from offset 0", _n(raw["consume"]["records_per_s"]), "", "", "", "1", ""))
-    labels = {"p1": "HTTP produce 1 rec/req, c=16", "p100": "HTTP produce 100 rec/req, c=16",
+                 "", "", "", "1", "", ""))
+    rows.append(("raw consume from offset 0", _n(raw["consume"]["records_per_s"]), "", "", "", "1", "", ""))
+    labels = {"noop": "GET /healthz (no-op), c=16", "p1": "HTTP produce 1 rec/req, c=16",
+              "p100": "HTTP produce 100 rec/req, c=16",
               "f32": "fetch+ack max=32, 16 consumers", "f1000": "fetch+ack max=1000, 16 consumers",
               "f32pb": "fetch max=32 + piggy-backed ack",
               "f32r": f"fetch+ack max=32 offered {res['config']['paced_rate']:,}/s"}
@@ -355,17 +362,18 @@ def report(res: dict[str, Any]) -> str:
         met = res["targets"].get(name, {}).get("met")
         mark = "" if met is None else ("MET" if met else "MISSED")
         ratio = f"{ratios[name]:.3f}" if name in ratios else ""
-        if name.startswith("p"):
+        vs_noop = f"{ratios[name + '_vs_noop']:.3f}" if name + "_vs_noop" in ratios else ""
+        if name == "noop" or name.startswith("p"):
             lat = r["latency_ms"]
-            rows.append((labels.get(name, name), _n(r["records_per_s"]), _n(r["req_per_s"]),
-                         _ms(lat, "p50"), _ms(lat, "p99"), ratio, mark))
+            rows.append((labels.get(name, name), "" if name == "noop" else _n(r["records_per_s"]),
+                         _n(r["req_per_s"]), _ms(lat, "p50"), _ms(lat, "p99"), ratio, vs_noop, mark))
         else:
             m, a = r["message_latency_ms"], r["ack_latency_ms"]
             rows.append((labels.get(name, name), _n(r["records_per_s"]),
                          _n(r["fetch_per_s"] + (r["ack_per_s"] if a.get("n") else 0)),
-                         f"msg {_ms(m, 'p50')}", f"msg {_ms(m, 'p99')}", ratio, mark))
+                         f"msg {_ms(m, 'p50')}", f"msg {_ms(m, 'p99')}", ratio, vs_noop, mark))
             if a.get("n"):
-                rows.append(("", "", "", f"ack {_ms(a, 'p50')}", f"ack {_ms(a, 'p99')}", "", ""))
+                rows.append(("", "", "", f"ack {_ms(a, 'p50')}", f"ack {_ms(a, 'p99')}", "", "", ""))
     w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for j, r in enumerate(rows):
@@ -382,17 +390,20 @@ def report(res: dict[str, Any]) -> str:
         extra = ""
         if r.get("empty"):
             extra += f"  EMPTY={r['empty']}"
-        if r.get("errors") or r.get("ack_not_committed") or r.get("failed_records") or r.get("count_mismatch"):
+        if any(r.get(k) for k in ("errors", "ack_not_committed", "failed_records", "count_mismatch")):
             extra += (f"  errors={r.get('errors', 0)} not_committed={r.get('ack_not_committed', 0)}"
                       f" failed={r.get('failed_records', 0)} count_mismatch={r.get('count_mismatch', 0)}")
         if not r.get("placement", {}).get("balanced", True):
             extra += "  (connections not balanced)"
         rpr = r.get("redis_per_request")
         if rpr:
-            extra += f"  redis/req: {rpr['scripts']:.2f} script calls, {rpr['commands']:.2f} cmds incl. in-script"
-        lines.append(f"  {name:6} workers {'+'.join(workers):9} redis {c['redis']:3.0f}  broker {c['broker']:3.0f}"
-                     f"  loadgen {c['loadgen']:3.0f}  others {c['others_pct_of_one_core']:3.0f}"
-                     f"  machine busy {c['machine_busy_pct_of_all_cores']:3.0f}%  conns/worker {conns}{extra}")
+            extra += (f"  redis/req: {rpr['scripts']:.2f} script calls,"
+                      f" {rpr['commands']:.2f} cmds incl. in-script")
+        lines.append(f"  {name:6} workers {'+'.join(workers):9} redis {c['redis']:3.0f}"
+                     f"  broker {c['broker']:3.0f}  loadgen {c['loadgen']:3.0f}"
+                     f"  others {c['others_pct_of_one_core']:3.0f}"
+                     f"  machine busy {c['machine_busy_pct_of_all_cores']:3.0f}%"
+                     f"  conns/worker {conns}{extra}")
     return "\n".join(lines)
 
 
@@ -408,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--paced-rate", type=int, default=40_000, help="offered records/s of phase f32r")
     ap.add_argument("--workers", type=int, default=2, help="uvicorn workers (2)")
-    ap.add_argument("--phases", default="p1,p100,f32,f1000,f32pb,f32r")
+    ap.add_argument("--phases", default="noop,p1,p100,f32,f1000,f32pb,f32r")
     ap.add_argument("--no-balance", action="store_true",
                     help="open the connections all at once and let the workers' shared accept decide"
                          " (often 16/0); by default they are spread evenly over the workers")
@@ -477,8 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raw consume: {res['raw']['consume']['records_per_s']:,.0f} msgs/s", flush=True)
 
         src = Path(args.gateway_src).resolve()
-        if not (src / "gateway" / "app.py").exists():
-            raise SystemExit(f"--gateway-src {src}: no gateway/app.py there")
+        if not any((src / "gateway" / f).exists() for f in ("api/app.py", "app.py")):
+            raise SystemExit(f"--gateway-src {src}: no gateway package there")
         gw, workers = start_gateway(stack, redis.extra["url"], bs, args.workers, extra_env, src)
         print(f"gateway ({src}/gateway) on 127.0.0.1:{gw.port}, master {gw.proc.pid}, workers {workers}",
               flush=True)
@@ -490,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         common = {"port": gw.port, "concurrency": args.concurrency, "duration": args.duration,
                   "warmup": args.warmup, "balance": [] if args.no_balance else workers}
         specs: dict[str, dict[str, Any]] = {
+            "noop": {"kind": "noop", "per_request": 0, "value_size": 0},
             "p1": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p1", "per_request": 1,
                    "value_size": args.value_size},
             "p100": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p100", "per_request": 100,
@@ -517,8 +529,15 @@ def main(argv: list[str] | None = None) -> int:
             res["phases"][name] = r
             if name in TARGETS:
                 res["targets"][name] = {"target": TARGETS[name], "met": check_target(name, r)}
+            if spec["kind"] == "noop":
+                print(f"  {r['req_per_s']:,.0f} req/s", flush=True)
+                continue
             raw_ref = res["raw"]["produce" if spec["kind"] == "produce" else "consume"]["records_per_s"]
             res["ratios"][name] = r["records_per_s"] / raw_ref
+            if "noop" in res["phases"]:
+                req_s = (r["req_per_s"] if spec["kind"] == "produce"
+                         else r["fetch_per_s"] + r.get("ack_per_s", 0))
+                res["ratios"][f"{name}_vs_noop"] = req_s / res["phases"]["noop"]["req_per_s"]
             print(f"  {r['records_per_s']:,.0f} records/s", flush=True)
         res["wall_s"] = round(time.monotonic() - t_start, 1)
     except KeyboardInterrupt as e:

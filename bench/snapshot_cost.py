@@ -80,7 +80,8 @@ def populate(url: str, keys: int, queues: int, topics: int, seed: int = 1) -> di
                       f"{topic}:{q}:lock": now - rnd.randint(0, 90_000) if held else 0,
                       f"{topic}:{q}:tok": rnd.randint(1, 100_000),
                       f"{topic}:{q}:acc": now - rnd.randint(0, 3_600_000),
-                      f"{topic}:{q}:addr": f"10.0.{rnd.randint(0, 255)}.{rnd.randint(1, 254)}:{rnd.randint(1024, 65535)}"})
+                      f"{topic}:{q}:addr":
+                          f"10.0.{rnd.randint(0, 255)}.{rnd.randint(1, 254)}:{rnd.randint(1024, 65535)}"})
         return h
 
     groups = [f"svc-{i:05d}" for i in range(n_cluster)] + [f"bc-{i:05d}" for i in range(n_bcast_groups)]
@@ -195,7 +196,8 @@ def ping_loop(url: str, seconds: float) -> dict[str, Any]:
         if tick < time.perf_counter() - 0.001:  # fell behind: do not burst to catch up
             tick = time.perf_counter()
     lat.sort()
-    q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
+    def q(p: float) -> float:
+        return lat[min(len(lat) - 1, int(p * len(lat)))]
     return {"n": len(lat), "p50": q(0.5), "p99": q(0.99), "p999": q(0.999), "max": lat[-1],
             "over_1ms": sum(1 for x in lat if x > 1.0), "over_5ms": sum(1 for x in lat if x > 5.0)}
 
@@ -241,7 +243,8 @@ def main() -> int:
                 run_snapshot(target, out, args.chunk)
                 res.append(json.loads(p.communicate(timeout=120)[0]))
             pings.append(res)
-            print(f"run {i + 1}: {a['rows']} rows, {a['wall_s']:.2f} s, redis cpu {a['redis_cpu_ms']:.0f} ms, "
+            print(f"run {i + 1}: {a['rows']} rows, {a['wall_s']:.2f} s,"
+                  f" redis cpu {a['redis_cpu_ms']:.0f} ms, "
                   f"{a['commands']} commands, slowest {a['slowest_cmd']} {a['slowest_cmd_us']:.0f} us, "
                   f"ping max {base['max']:.2f} / {res[1]['max']:.2f} / {res[2]['max']:.2f} ms", flush=True)
         # JSON Lines for comparison (the same rows)
@@ -264,7 +267,7 @@ def main() -> int:
 
 def report(pop: dict[str, Any], runs: list[dict[str, Any]], pings: list[tuple[dict, dict]],
            jl_bytes: int, jl_gz_bytes: int, args: argparse.Namespace) -> None:
-    med = lambda xs: statistics.median(xs)
+    med = statistics.median
     a = runs[-1]
     print()
     print(f"Redis: {pop['queue_hashes']:,} consumer queue hashes x {args.queues} queues "
@@ -288,7 +291,8 @@ def report(pop: dict[str, Any], runs: list[dict[str, Any]], pings: list[tuple[di
     print()
     print(f"  {'  slowest call per command (us, last run)':<38} {json.dumps(a['p100_us'])}")
     print()
-    print("  PING every 1 ms, latency in ms        n     p50     p99   p99.9     max   >1ms  >5ms  (median of runs)")
+    print("  PING every 1 ms, latency in ms        n     p50     p99   p99.9     max   >1ms  >5ms"
+          "  (median of runs)")
     labels = ("without a snapshot", "during a snapshot of a twin Redis *", "during a snapshot of this Redis")
     for idx, label in enumerate(labels):
         ps = [p[idx] for p in pings]

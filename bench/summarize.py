@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ROWS: list[tuple[str, str, Callable[[dict[str, Any]], float | None], str]] = []
 
@@ -58,7 +59,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     args = ap.parse_args()
-    runs = [json.load(open(f)) for f in args.files]
+    runs = []
+    for name in args.files:
+        with open(name) as f:
+            runs.append(json.load(f))
     head = ["figure", *(r["started"][11:] for r in runs), "median"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))

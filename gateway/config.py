@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import tomllib
 from dataclasses import dataclass, fields
 from typing import Any
-
 
 #: The default requestId signing key: public, so fit only for development (auth refuses it).
 DEV_HMAC_KEY = "mqgw-dev-key-change-me"
@@ -73,7 +73,7 @@ class Settings:
     alert_webhook_url: str = ""
 
     @classmethod
-    def load(cls, env: dict[str, str] | None = None) -> "Settings":
+    def load(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
         values: dict[str, Any] = {}
         path = env.get("MQGW_CONFIG")
@@ -125,3 +125,30 @@ _BARE_ENV = {"redis_url", "kafka_bootstrap", "kafka_config"}
 def redact_url(url: str) -> str:
     """A connection URL without its password, for messages and logs."""
     return re.sub(r"//[^@/]*@", "//***@", url)
+
+
+def node_id() -> str:
+    """``host:pid``: this process among the gateway's nodes and workers (lease holders)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+
+
+def parse_duration(text: str, units: tuple[str, ...] = tuple(_DURATION_UNITS)) -> float:
+    """``10m``, ``1h30m``, ``90s``, ``2d``, ``500ms`` or plain seconds (``90``, ``0.5``) ->
+    seconds, > 0. ``units`` limits the units accepted (of ms, s, m, h, d, w)."""
+    t = text.strip().lower()
+    if re.fullmatch(_NUMBER, t):
+        v = float(t)
+    else:
+        unit = "(" + "|".join(sorted(units, key=len, reverse=True)) + ")"
+        step = _NUMBER + r"\s*" + unit
+        if not re.fullmatch(rf"(?:{step}\s*)+", t):
+            raise ValueError(f"invalid duration {text!r}: use e.g. 90s, 10m, 1h30m, 500ms or plain "
+                             f"seconds (units: {', '.join(units)})")
+        v = sum(float(n) * _DURATION_UNITS[u] for n, u in re.findall(step, t))
+    if v <= 0:
+        raise ValueError(f"duration must be > 0: {text!r}")
+    return v

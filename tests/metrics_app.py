@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from gateway.api import access, routes
 from gateway.ops import logs, metrics
 
 PID = str(os.getpid())
@@ -41,7 +42,7 @@ async def pid(request: Request) -> Response:
 
 
 async def scrape(request: Request) -> Response:
-    response = await metrics.metrics_route(request)
+    response = await routes.metrics_route(request)
     response.headers["x-pid"] = PID
     return response
 
@@ -69,4 +70,4 @@ app = Starlette(routes=[
     Route("/pid", pid, methods=["GET"]),
     Route("/block", block, methods=["GET"]),
     Route("/metrics", scrape, methods=["GET"]),
-], middleware=[Middleware(logs.RequestContext, access_log=True)], lifespan=lifespan)
+], middleware=[Middleware(access.RequestContext, access_log=True)], lifespan=lifespan)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import redis
 
-from .conftest import unique
-from .secure import Secure, sec  # noqa: F401  (the fixture)
+from .helpers import Secure, unique
 
 
 def _one(sec: Secure, key: str, topic: str, group: str, partition: int) -> dict[str, Any]:
@@ -128,7 +128,7 @@ def test_admin_cli_drives_the_admin_api(sec: Secure, make_topic: Callable[..., s
     import subprocess
     import sys
 
-    from .conftest import ROOT
+    from .helpers import ROOT
 
     topic, g = make_topic(2), unique("g")
 

@@ -3,56 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
-from gateway.api.wire import fetched_body
 from gateway.broker import Record, Skipped, SkipReason, UnknownTopic
 from gateway.broker.kafka.adapter import read_checked
 from gateway.broker.kafka.fetch import RawRead
-from gateway.config import Settings
-from gateway.core.auth import Authorizer, KeyStore
-from gateway.core.consume import ConsumeService, FetchParams
-from gateway.core.requestid import RequestIdCodec
-from gateway.store import AckResult, OffsetStore
-from gateway.core.watermarks import Watermarks
-
 from gateway.broker.memory import MemoryBroker
-from .conftest import unique
+from gateway.core.consume import FetchParams
+
+from .helpers import Wire, run_service, unique
 
 T = "orders"
-
-
-class Wire:
-    """The consume service as the HTTP layer renders it: fetch answers are the JSON bodies."""
-
-    def __init__(self, svc: ConsumeService) -> None:
-        self.svc = svc
-        self.store = svc.store
-
-    async def fetch(self, p: FetchParams, encoding: str = "utf8") -> dict[str, Any]:
-        return fetched_body(await self.svc.fetch(p), self.svc.broker.name, encoding)
-
-    async def ack(self, request_id: str) -> AckResult:
-        return await self.svc.ack(request_id)
-
-
-def run(redis_url: str, broker: MemoryBroker, fn: Callable[[Wire], Awaitable[Any]],
-        refresh_ms: int = 50) -> Any:
-    async def main() -> Any:
-        r = aioredis.Redis.from_url(redis_url)
-        try:
-            store = OffsetStore(r, unique("p"))  # a private key prefix per test
-            settings = Settings(metadata_refresh_ms=refresh_ms, start_position="earliest",
-                                gap_recheck_ms=5, open_mode=True, auth=False)
-            svc = ConsumeService(settings, store, broker, Watermarks(store, broker, refresh_ms),
-                                 RequestIdCodec("k"), Authorizer(False, KeyStore(store)))
-            return await fn(Wire(svc))
-        finally:
-            await r.aclose()
-    return asyncio.run(main())
 
 
 def params(group: str, **kw: Any) -> FetchParams:
@@ -82,7 +45,7 @@ def test_committed_offset_below_retention_moves_to_earliest(redis_url: str) -> N
         assert second["offset"] == 2 and values(second) == ["v15", "v16", "v17"]
         assert second["nextOffset"] == 18
         assert (await svc.ack(second["requestId"])).committed == 18
-    run(redis_url, b, body)
+    run_service(redis_url, b, body)
 
 
 def test_retention_gap_with_nothing_left_is_committed_by_the_gateway(redis_url: str) -> None:
@@ -102,7 +65,7 @@ def test_retention_gap_with_nothing_left_is_committed_by_the_gateway(redis_url: 
         b.append(T, "0", "after")
         # new records are seen at the next watermark refresh: a long poll waits for it
         assert values(await svc.fetch(params(g, wait_ms=2000))) == ["after"]
-    run(redis_url, b, body)
+    run_service(redis_url, b, body)
 
 
 def test_leading_gap_is_refetched_once_before_it_is_accepted() -> None:
@@ -151,7 +114,7 @@ def test_holes_of_a_broker_are_skipped_and_reported(redis_url: str) -> None:
         assert r["skipped"] == {"from": 6, "to": 8, "reason": "gap"} and values(r) == ["c", "e"]
         assert r["offset"] == 6 and r["nextOffset"] == 11
         assert (await svc.ack(r["requestId"])).committed == 11
-    run(redis_url, b, body)
+    run_service(redis_url, b, body)
 
 
 def test_new_partitions_are_picked_up_without_restart(redis_url: str) -> None:
@@ -166,7 +129,7 @@ def test_new_partitions_are_picked_up_without_restart(redis_url: str) -> None:
         r = await svc.fetch(params(g, wait_ms=2000))
         assert r["queue"] == "3" and values(r) == ["new-partition"]
         assert [q.queue for q in await svc.store.queue_states(g)] == ["0", "1", "2", "3"]
-    run(redis_url, b, body)
+    run_service(redis_url, b, body)
 
 
 def test_watermarks_are_listed_once_per_interval_for_many_requests(redis_url: str) -> None:
@@ -177,7 +140,7 @@ def test_watermarks_are_listed_once_per_interval_for_many_requests(redis_url: st
     async def body(svc: Wire) -> None:
         await asyncio.gather(*(svc.fetch(params(unique())) for _ in range(50)))
         assert b.watermark_calls == 1
-    run(redis_url, b, body, refresh_ms=10_000)
+    run_service(redis_url, b, body, refresh_ms=10_000)
 
 
 def test_unknown_topic_is_404(redis_url: str) -> None:
@@ -186,7 +149,7 @@ def test_unknown_topic_is_404(redis_url: str) -> None:
     async def body(svc: Wire) -> None:
         with pytest.raises(UnknownTopic):  # the HTTP layer answers 404 unknown_topic
             await svc.fetch(params(unique()))
-    run(redis_url, b, body)
+    run_service(redis_url, b, body)
 
 
 def test_non_utf8_records_come_back_as_base64(redis_url: str) -> None:
@@ -202,7 +165,7 @@ def test_non_utf8_records_come_back_as_base64(redis_url: str) -> None:
         raw = r["messages"][1]
         assert raw["encoding"] == "base64" and raw["value"] == "/gA=" and raw["key"] == "/w=="
         assert raw["headers"] == [["h", "gA=="]]
-    run(redis_url, b, body)
+    run_service(redis_url, b, body)
 
 
 def test_a_failed_read_gives_back_its_lock_and_its_rate_limit_tokens(redis_url: str) -> None:
@@ -231,7 +194,7 @@ def test_a_failed_read_gives_back_its_lock_and_its_rate_limit_tokens(redis_url: 
         b.fetch = real_fetch  # type: ignore[method-assign]
         got = await svc.fetch(params(g, max_messages=10))  # not 429, and not locked out
         assert got["status"] == "ok" and values(got) == [f"v{i}" for i in range(10)]
-    run(redis_url, b, body)
+    run_service(redis_url, b, body)
 
 
 def test_a_redelivery_stays_one_when_its_first_read_comes_back_empty(redis_url: str) -> None:
@@ -261,4 +224,4 @@ def test_a_redelivery_stays_one_when_its_first_read_comes_back_empty(redis_url: 
         silent[0] = 1
         again = await svc.fetch(params(g, wait_ms=3000))
         assert values(again) == ["a", "b"] and again["redelivered"] is True
-    run(redis_url, b, body)
+    run_service(redis_url, b, body)

@@ -15,7 +15,7 @@ import pytest
 
 from gateway.cli import devstack
 
-from .conftest import ROOT
+from .helpers import ROOT
 
 
 def listening(port: int) -> bool:
@@ -30,9 +30,10 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
            if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP", "MQGW_REDIS_URL", "MQGW_KAFKA_BOOTSTRAP")}
     env["MQGW_SNAPSHOT_DIR"] = str(tmp_path / "snapshots")
     log = tmp_path / "dev.log"
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "dev", "--port", str(port), "--workers", "1"],
-                            cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(log, "wb") as out:  # the child keeps its own descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "gateway", "dev", "--port", str(port),
+                                 "--workers", "1"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while "Ctrl-C stops" not in log.read_text() and time.monotonic() < deadline:

@@ -9,7 +9,7 @@ import string
 import httpx
 import pytest
 
-from .conftest import Api, unique
+from .helpers import Api, unique
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def test_random_garbage_never_gives_500(api: Api, topic: str) -> None:
 
     fields = ["topic", "consumer", "clientId", "max", "wait_ms", "requestId", "encoding", "value",
               "key", "headers", "partition", "messages", "timestamp"]
-    for i in range(300):
+    for _ in range(300):
         body = {f: junk() for f in rnd.sample(fields, rnd.randrange(1, 6))}
         if rnd.random() < 0.5:
             body["topic"] = topic
@@ -194,7 +194,7 @@ def test_a_read_only_redis_is_503_not_500(bootstrap: str, tmp_path, topic: str) 
 
     from gateway.cli import devstack
 
-    from .conftest import start_node
+    from .helpers import start_node
 
     r = devstack.start_redis()
     node = None
@@ -216,7 +216,7 @@ def test_a_read_only_redis_is_503_not_500(bootstrap: str, tmp_path, topic: str) 
 def test_auth_with_the_public_hmac_key_refuses_to_start(redis_url: str, bootstrap: str, tmp_path) -> None:
     from gateway.config import DEV_HMAC_KEY
 
-    from .conftest import start_node
+    from .helpers import start_node
 
     try:
         node = start_node(redis_url, bootstrap, tmp_path, auth="true", hmac_key=DEV_HMAC_KEY)

@@ -2,63 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 
 import httpx
 import pytest
-import redis
 
-from .conftest import unique
-
-
-def sha(name: str) -> str:
-    text = (resources.files("gateway") / "lua" / f"{name}.lua").read_text()
-    return hashlib.sha1(text.encode()).hexdigest()
+from .helpers import Monitor, sha, unique
 
 
-class Monitor:
-    """Collect the top-level commands Redis receives (script-internal calls are excluded)."""
-
-    def __init__(self, url: str) -> None:
-        self.r = redis.Redis.from_url(url)
-        self.lines: list[str] = []
-        self.conns: list[str] = []  # the client connection (address:port) of each line
-        self.marker = f"mqgw-monitor-end-{uuid.uuid4().hex}"
-        self.ready = threading.Event()
-        self.t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with self.r.monitor() as m:
-            self.ready.set()
-            for cmd in m.listen():
-                if self.marker in cmd["command"]:  # everything sent before it has been seen
-                    return
-                if cmd["client_type"] != "lua":
-                    self.lines.append(cmd["command"])
-                    self.conns.append(f'{cmd.get("client_address")}:{cmd.get("client_port")}')
-
-    def __enter__(self) -> "Monitor":
-        self.t.start()
-        self.ready.wait(5)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        # Redis shows MONITOR clients commands in the order it runs them: once the listener
-        # sees this marker, it has seen every command the test sent before it.
-        self.r.echo(self.marker)
-        self.t.join(10)
-
-    def count(self, script: str, touching: str = "") -> int:
-        """Calls of ``script`` (only those whose command line names ``touching``, if given:
-        other nodes of the session, e.g. their alert monitors, use the same Redis)."""
-        return sum(1 for c in self.lines if c.startswith("EVALSHA " + sha(script)) and touching in c)
-
-
+@pytest.mark.slow  # ten 30 s long polls
 @pytest.mark.timeout(120)
 def test_idle_30s_long_polls_cost_few_redis_calls(node_factory, make_topic, redis_url: str) -> None:
     # Its own key prefix and no alert monitor: the session's other nodes share this Redis (their
@@ -69,7 +22,8 @@ def test_idle_30s_long_polls_cost_few_redis_calls(node_factory, make_topic, redi
     groups = [unique() for _ in range(10)]
     with httpx.Client(timeout=60) as http:
         for g in groups:  # register every consumer at the latest offset
-            assert http.get(node.url + "/message", params={"consumer": g, "topic": topic}).json()["status"] == "empty"
+            r = http.get(node.url + "/message", params={"consumer": g, "topic": topic})
+            assert r.json()["status"] == "empty"
         with Monitor(redis_url) as mon:
             start = time.monotonic()
 
@@ -80,7 +34,9 @@ def test_idle_30s_long_polls_cost_few_redis_calls(node_factory, make_topic, redi
                 results = list(ex.map(poll, groups))
             took = time.monotonic() - start
     assert all(r["status"] == "empty" for r in results)
-    assert 29.5 < took < 33
+    # each poll waited its full 30 s; the ceiling only catches one that hangs on (10 s of room
+    # for a loaded machine), and the counts below are bounded per interval of `took`
+    assert 29.5 < took < 40, took
     chooses = mon.count("choose", prefix + ":")
     watermark_reads = mon.count("watermarks", f"{prefix}:{{wm:{topic}}}")
     # per waiting request: the first choose plus one re-check every 5 s
@@ -89,8 +45,8 @@ def test_idle_30s_long_polls_cost_few_redis_calls(node_factory, make_topic, redi
     assert watermark_reads <= 30_000 / 500 + 5, watermark_reads
     # nothing else but connection upkeep: handshakes for pooled connections and health-check PINGs.
     # This node's connections are those that touched its keys; count everything they sent.
-    conns = {k for k, c in zip(mon.conns, mon.lines) if prefix + ":" in c}
-    mine = [c for k, c in zip(mon.conns, mon.lines) if k in conns]
+    conns = {k for k, c in zip(mon.conns, mon.lines, strict=True) if prefix + ":" in c}
+    mine = [c for k, c in zip(mon.conns, mon.lines, strict=True) if k in conns]
     others = [c for c in mine if not c.startswith("EVALSHA")]
     assert all(c.split()[0] in ("PING", "HELLO", "CLIENT", "SELECT") for c in others), others
     assert len(others) <= 2 * len(groups) + 2, others
@@ -121,7 +77,9 @@ def test_watermark_refresh_is_leased_across_nodes(node_factory, make_topic, redi
         with LuaMonitor(redis_url) as mon:
             start = time.monotonic()
             i = 0
-            while time.monotonic() - start < 3.0:
+            # 3 s and at least 100 requests, however slow a loaded machine is: the bounds below
+            # are per refresh interval of the time it took
+            while time.monotonic() - start < 3.0 or i <= 100:
                 r = http.get(nodes[i % 3].url + "/message",
                              params={"consumer": unique(), "topic": topic})
                 assert r.status_code == 200
@@ -130,7 +88,7 @@ def test_watermark_refresh_is_leased_across_nodes(node_factory, make_topic, redi
     leases = [c for c in mon.lines if c.startswith(f"SET {lease_key}")]
     writes = [c for c in mon.lines
               if c.startswith("EVALSHA " + sha("watermarks_put")) and f"{prefix}:" in c]
-    assert i > 100
+    assert i > 100 and took >= 3.0
     # one broker listing per interval cluster-wide, plus a partial interval at each edge of the window
     # and a cold start (a node with no copy anywhere lists without the lease)
     assert 1 <= len(writes) <= took / 0.25 + 3, (len(writes), took)

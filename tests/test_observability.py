@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
+from gateway.api import access, routes
 from gateway.cli import devstack
 from gateway.cli import main as cli
 from gateway.ops import logs, metrics
@@ -132,7 +133,7 @@ def build_app(access_log: bool = True) -> Starlette:
         Route("/items/{item_id}", item, methods=["GET"]),
         Route("/slow", slow), Route("/stream", stream), Route("/teapot", teapot), Route("/boom", boom),
         Mount("/sub", routes=[Route("/things/{x}", thing)]),
-    ], middleware=[Middleware(logs.RequestContext, access_log=access_log)],
+    ], middleware=[Middleware(access.RequestContext, access_log=access_log)],
         exception_handlers={Exception: internal})
 
 
@@ -289,14 +290,15 @@ def test_request_ids_are_unique_32_hex_digits() -> None:
     ids = [logs.new_request_id() for _ in range(10_000)]
     assert len(set(ids)) == len(ids) and all(HEX32.fullmatch(i) for i in ids)
     # another process (worker or node) draws another random prefix
-    other = subprocess.run([sys.executable, "-c", "from gateway.ops import logs; print(logs.new_request_id())"],
+    code = "from gateway.ops import logs; print(logs.new_request_id())"
+    other = subprocess.run([sys.executable, "-c", code],
                            capture_output=True, text=True, check=True).stdout.strip()
     assert HEX32.fullmatch(other) and other[:16] != ids[0][:16]
 
 
 def test_log_lines_of_one_loop_turn_are_written_together() -> None:
     stream = CountingStream()
-    lg, handler = batched_logger(stream, delay_s=0.05)
+    lg, _handler = batched_logger(stream, delay_s=0.05)
 
     async def main() -> None:
         for i in range(20):
@@ -446,10 +448,10 @@ def test_route_template_without_scope_route() -> None:
     """Older starlette leaves no ``scope["route"]``; the template is then found by matching."""
     app = build_app()
     base = {"type": "http", "root_path": "", "headers": [], "app": app, "endpoint": object()}
-    assert logs.route_template({**base, "path": "/items/5", "method": "GET"}) == "/items/{item_id}"
-    assert logs.route_template({**base, "path": "/items/5", "method": "POST"}) == "/items/{item_id}"
-    assert logs.route_template({**base, "path": "/nope", "method": "GET"}) == "unmatched"
-    assert logs.route_template({"type": "http", "path": "/nope", "method": "GET"}) == "unmatched"
+    assert access.route_template({**base, "path": "/items/5", "method": "GET"}) == "/items/{item_id}"
+    assert access.route_template({**base, "path": "/items/5", "method": "POST"}) == "/items/{item_id}"
+    assert access.route_template({**base, "path": "/nope", "method": "GET"}) == "unmatched"
+    assert access.route_template({"type": "http", "path": "/nope", "method": "GET"}) == "unmatched"
 
 
 def test_domain_counters() -> None:
@@ -511,7 +513,7 @@ def test_metrics_route_with_collector_hooks() -> None:
     metrics.add_collector_hook(backlog)
     metrics.add_collector_hook(broken)
     try:
-        app = Starlette(routes=[Route("/metrics", metrics.metrics_route)])
+        app = Starlette(routes=[Route("/metrics", routes.metrics_route)])
         r = call(app, "/metrics")
     finally:
         metrics._hooks.remove(backlog)

@@ -16,14 +16,15 @@ key is written to Redis with ``KeyStore.create``, as an operator would bootstrap
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import base64
+import contextlib
 import re
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import quote, unquote
 
 import httpx
@@ -38,13 +39,14 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 from starlette.routing import Route
 
-from .conftest import HMAC_KEY, Api, Node, start_node, unique
-from gateway.cli import devstack
 from gateway.api.app import create_app
-from gateway.core.auth import KeyStore
+from gateway.cli import devstack
 from gateway.config import Settings
+from gateway.core.auth import KeyStore
 from gateway.core.requestid import BatchRef, RequestIdCodec
 from gateway.store import OffsetStore
+
+from .helpers import HMAC_KEY, Api, Node, start_node, unique
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_PATH = ROOT / "openapi.yaml"
@@ -191,8 +193,8 @@ def check(resp: httpx.Response, template: str, status: int | None = None,
 
 def check_request_body(body: Any, template: str, method: str) -> None:
     """A request body we send as a valid request must match the documented request schema."""
-    rb, ptr = deref(SPEC["paths"][template][method]["requestBody"],
-                    f"/paths/{esc(template)}/{method}/requestBody")
+    _, ptr = deref(SPEC["paths"][template][method]["requestBody"],
+                   f"/paths/{esc(template)}/{method}/requestBody")
     assert_valid(body, f"{ptr}/content/application~1json/schema", f"{method.upper()} {template} request")
 
 
@@ -405,7 +407,7 @@ def _walk(node: Any, pointer: str = "") -> Iterator[tuple[str, Any]]:
 def test_every_ref_resolves_and_every_schema_is_valid() -> None:
     resolver = REGISTRY.resolver(SPEC_URI)
     refs = 0
-    for pointer, node in _walk(SPEC):
+    for _pointer, node in _walk(SPEC):
         if isinstance(node, dict) and isinstance(node.get("$ref"), str):
             resolver.lookup(node["$ref"])  # raises when it points nowhere
             refs += 1
@@ -1142,6 +1144,7 @@ def test_error_responses(api: Api, shared_topic: str, name: str, method: str, pa
         assert "limit" in body["error"]["details"]
 
 
+@pytest.mark.slow  # hundreds of generated requests: ~35 s
 @pytest.mark.timeout(120)
 def test_fuzzed_requests_match_spec(node_factory: Callable[..., Node], shared_topic: str,
                                     done: Callable[[], None]) -> None:
@@ -1338,6 +1341,7 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
         done()
 
 
+@pytest.mark.slow  # waits out the broker metadata timeouts: ~15 s
 @pytest.mark.timeout(120)
 def test_broker_unavailable(redis_url: str, tmp_path: Path) -> None:
     """Kafka unreachable: readiness fails, and producing or fetching answers 503 (after the
@@ -1357,7 +1361,7 @@ def test_broker_unavailable(redis_url: str, tmp_path: Path) -> None:
 def test_zz_every_operation_was_exercised() -> None:
     """Runs last: every documented operation got at least one live response validated."""
     drivers = {name for name, obj in globals().items() if name.startswith("test_") and callable(obj)
-               and "done" in getattr(obj, "__code__").co_varnames[:obj.__code__.co_argcount]}
+               and "done" in obj.__code__.co_varnames[:obj.__code__.co_argcount]}
     if not drivers <= DRIVERS_DONE:
         pytest.skip(f"only meaningful after the whole module ran (missing: {sorted(drivers - DRIVERS_DONE)})")
     exercised_ops = {(p, m) for p, m, _ in EXERCISED}

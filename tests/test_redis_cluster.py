@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-
 import pytest
 
+from .helpers import Api, start_node, unique
 
-from .conftest import Api, start_node, unique
+pytestmark = pytest.mark.slow  # starts a 3-master Redis Cluster
 
 
 @pytest.mark.timeout(120)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -13,9 +13,7 @@ import redis
 
 from gateway.config import Settings
 
-from .conftest import Api, Node, unique
-from .secure import Secure, sec  # noqa: F401  (the fixture)
-from .test_long_poll import Monitor
+from .helpers import Api, Monitor, Node, Secure, unique
 
 
 def code(r: httpx.Response) -> tuple[int, str | None]:
@@ -38,10 +36,12 @@ def test_consumer_registration_is_enforced_and_changes_apply_on_every_node_at_on
                      json={"topics": [topic], "start": "earliest", "maxBatch": 2})["registered"]
     assert msg(1).json()["status"] == "empty"  # registered on node 0, served by node 1 at once
     for i in range(5):
-        assert sec.call("POST", "/produce", pkey, i % 2, json={"topic": topic, "value": f"v{i}"}).status_code == 200
+        r = sec.call("POST", "/produce", pkey, i % 2, json={"topic": topic, "value": f"v{i}"})
+        assert r.status_code == 200
     got = msg(1, max=10, wait_ms=3000).json()
     assert [m["value"] for m in got["messages"]] == ["v0", "v1"]  # maxBatch caps the request
-    assert sec.call("POST", "/ack", key, 0, json={"requestId": got["requestId"]}).json()["result"] == "committed"
+    r = sec.call("POST", "/ack", key, 0, json={"requestId": got["requestId"]})
+    assert r.json()["result"] == "committed"
 
     sec.admin("PATCH", f"/admin/consumers/{g}", node=0, json={"topics": [other]})
     assert code(msg(1)) == (403, "topic_not_allowed")
@@ -135,7 +135,8 @@ def test_operator_actions_refuse_names_and_topics_outside_the_registry(
     for action in ("pause", "resume"):
         r = sec.call("POST", f"/admin/consumers/{ghost}/{action}", sec.admin_key)
         assert code(r) == (404, "unknown_consumer")
-    r = sec.call("POST", f"/admin/consumers/{ghost}/reset", sec.admin_key, json={"topic": topic, "to": "latest"})
+    r = sec.call("POST", f"/admin/consumers/{ghost}/reset", sec.admin_key,
+                 json={"topic": topic, "to": "latest"})
     assert code(r) == (404, "unknown_consumer")
     assert code(sec.call("GET", f"/admin/consumers/{ghost}", sec.admin_key)) == (404, "unknown_consumer")
     sec.admin("PUT", f"/admin/consumers/{g}", json={"topics": [topic]})
@@ -145,7 +146,8 @@ def test_operator_actions_refuse_names_and_topics_outside_the_registry(
         r = sec.call("POST", f"/admin/consumers/{g}/reset", sec.admin_key,
                      json={"topic": topic, "to": "latest", "clientId": bad})
         assert code(r) in ((400, "invalid_client_id"), (400, "missing_client_id")), bad
-    assert sec.admin("POST", f"/admin/consumers/{g}/reset", json={"topic": topic, "to": "latest"})["consumer"] == g
+    reset = sec.admin("POST", f"/admin/consumers/{g}/reset", json={"topic": topic, "to": "latest"})
+    assert reset["consumer"] == g
     assert sec.admin("POST", f"/admin/consumers/{g}/pause")["paused"] is True
     # open mode: unregistered names may be paused, but topics and mode need a registration
     free = unique("free")
@@ -157,7 +159,8 @@ def test_operator_actions_refuse_names_and_topics_outside_the_registry(
     assert code(r) == (400, "registration_required")
     r = api.http.patch(api.url(f"/admin/consumers/{free}"), json={"mode": "broadcast", "paused": False})
     assert code(r) == (400, "registration_required")
-    assert api.http.patch(api.url(f"/admin/consumers/{free}"), json={"paused": False}).json()["paused"] is False
+    r = api.http.patch(api.url(f"/admin/consumers/{free}"), json={"paused": False})
+    assert r.json()["paused"] is False
 
 
 def _drain_rate_limited(urls: list[str], g: str, topic: str, seconds: float,
@@ -222,12 +225,13 @@ def test_rate_limit_holds_across_three_nodes(cluster: list[Node], api: Api, rds:
                                              make_topic: Callable[..., str]) -> None:
     topic, g = make_topic(6), unique("g")
     # A bucket holds at most `burst` tokens, so a pause of every consumer longer than burst/rate
-    # forfeits tokens, as it should. Half a second of slack keeps a loaded CI machine's stalls
-    # (2 cores shared with the broker, Redis and every node) from reading as an inaccurate limit.
+    # forfeits tokens, as it should. Two seconds of slack keep a loaded CI machine's stalls
+    # (2 cores shared with the broker, Redis, every node and maybe a CPU-heavy neighbour) from
+    # reading as an inaccurate limit; 3000 records stay more than the test can be given.
     # The first second is not counted: it spends the initial burst, and on a loaded machine the
     # six clients' start (threads, connections) leaves the full bucket unused for a while. The
     # bucket is read at the window's start and end, so what it held then is accounted for.
-    rate, burst = 200, 100
+    rate, burst = 200, 400
     api.http.put(api.url(f"/admin/consumers/{g}"),
                  json={"topics": [topic], "start": "earliest",
                        "rateLimit": {"messagesPerSecond": rate, "burst": burst}}).raise_for_status()
@@ -254,7 +258,9 @@ def test_rate_limit_holds_across_three_nodes(cluster: list[Node], api: Api, rds:
     # The limit is the consumer's setting: lifting it lets the same consumers run free at once.
     api.http.patch(api.url(f"/admin/consumers/{g}"), json={"rateLimit": None}).raise_for_status()
     delivered, elapsed, limited = _drain_rate_limited([n.url for n in cluster], g, topic, 1.0)
-    assert limited == 0 and delivered / elapsed > 2 * rate
+    # no 429 at all; and twice the old rate, with the bucket drained, is far below what six free
+    # clients fetch even on a loaded machine (thousands a second)
+    assert limited == 0 and delivered / elapsed > 2 * rate, (delivered, elapsed)
 
 
 @pytest.mark.timeout(60)

@@ -32,11 +32,10 @@ import urllib.request
 from fractions import Fraction
 from pathlib import Path
 
-import pytest
-
 import matplotlib  # noqa: F401  (dev dependencies: missing is a failure, not a skip)
 import pyarrow.parquet as pq
-import pyspark  # noqa: F401
+import pyspark
+import pytest
 
 from gateway.ops import snapshot as snapshot_writer
 from gateway.reports import job, synth
@@ -45,7 +44,7 @@ from gateway.reports import job, synth
 assert shutil.which("java"), "Spark needs Java 17+ (Debian: openjdk-17-jre-headless)"
 
 ROOT = Path(__file__).resolve().parent.parent
-T0 = dt.datetime(2024, 5, 1, 23, 30, tzinfo=dt.timezone.utc)  # the window crosses midnight
+T0 = dt.datetime(2024, 5, 1, 23, 30, tzinfo=dt.UTC)  # the window crosses midnight
 T0_MS = synth.to_ms(T0)
 STEP_S = 64
 K = 32  # samples k = 0..32 in the window: span 2048 s
@@ -278,6 +277,7 @@ def local_report(snapshots: Path, tmp_path_factory) -> Path:
 
 # -- the figures -----------------------------------------------------------------------------------
 
+@pytest.mark.slow  # Spark
 @pytest.mark.timeout(300)
 def test_queue_figures(local_report: Path) -> None:
     rows = _index(_table(local_report, "queues"), "consumer", "client_id", "topic", "queue")
@@ -294,10 +294,11 @@ def test_queue_figures(local_report: Path) -> None:
             assert r["drain_s"] == r["lag"] / (r["consumption_rate"] - r["production_rate"])
     # the in-progress dot-file and the samples outside [since, until) were not read
     assert rows[("drainer", "", "events", "0")]["last_ts"] == dt.datetime.fromtimestamp(
-        END_MS / 1000, dt.timezone.utc)
+        END_MS / 1000, dt.UTC)
     assert rows[("steady", "", "orders", "0")]["first_ts"] == T0
 
 
+@pytest.mark.slow  # Spark
 @pytest.mark.timeout(300)
 def test_consumers_topics_top(local_report: Path) -> None:
     cons = _index(_table(local_report, "consumers"), "consumer", "client_id")
@@ -315,6 +316,7 @@ def test_consumers_topics_top(local_report: Path) -> None:
         (1, "stuck", "", 27_040), (2, "drainer", "", 19_520), (3, "resetter", "", 4820)]
 
 
+@pytest.mark.slow  # Spark
 @pytest.mark.timeout(300)
 def test_stuck_and_idle(local_report: Path) -> None:
     stuck = _table(local_report, "stuck")
@@ -328,6 +330,7 @@ def test_stuck_and_idle(local_report: Path) -> None:
         ("clientId", "fanout", "c0", 9248.0)]
 
 
+@pytest.mark.slow  # Spark
 @pytest.mark.timeout(300)
 def test_outputs_and_summary(local_report: Path) -> None:
     for name in job.TABLES:
@@ -361,6 +364,7 @@ def test_outputs_and_summary(local_report: Path) -> None:
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
+@pytest.mark.slow  # Spark and Chromium
 @pytest.mark.timeout(180)
 def test_report_renders_in_chromium(local_report: Path, tmp_path: Path) -> None:
     from PIL import Image  # matplotlib's dependency
@@ -385,8 +389,6 @@ def test_report_renders_in_chromium(local_report: Path, tmp_path: Path) -> None:
 # -- a real Spark standalone cluster ---------------------------------------------------------------
 
 def _spark_home() -> Path:
-    import pyspark
-
     return Path(pyspark.__file__).resolve().parent
 
 
@@ -427,7 +429,7 @@ def _compare_tables(a: Path, b: Path) -> None:
         assert ta.schema == tb.schema, name
         ra, rb = ta.to_pylist(), tb.to_pylist()
         assert len(ra) == len(rb), name
-        for x, y in zip(ra, rb):
+        for x, y in zip(ra, rb, strict=True):
             for col in x:
                 if isinstance(x[col], float) and isinstance(y[col], float):
                     assert x[col] == pytest.approx(y[col], rel=1e-12, abs=1e-12), (name, col, x)
@@ -435,6 +437,7 @@ def _compare_tables(a: Path, b: Path) -> None:
                     assert x[col] == y[col], (name, col, x, y)
 
 
+@pytest.mark.slow  # a Spark standalone cluster
 @pytest.mark.timeout(420)
 def test_standalone_cluster_matches_local(snapshots: Path, local_report: Path,
                                           tmp_path: Path) -> None:
@@ -447,7 +450,7 @@ def test_standalone_cluster_matches_local(snapshots: Path, local_report: Path,
     procs: list[subprocess.Popen] = []
     logs = []
     try:
-        mlog = open(tmp_path / "master.log", "wb")
+        mlog = open(tmp_path / "master.log", "wb")  # noqa: SIM115 - closed in the finally below
         logs.append(mlog)
         procs.append(subprocess.Popen(
             [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -455,7 +458,7 @@ def test_standalone_cluster_matches_local(snapshots: Path, local_report: Path,
             env=env, stdout=mlog, stderr=subprocess.STDOUT, start_new_session=True))
         _wait_for(lambda: _master_state(ui).get("status") == "ALIVE", 90, "the Spark master",
                   procs)
-        wlog = open(tmp_path / "worker.log", "wb")
+        wlog = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed in the finally below
         logs.append(wlog)
         procs.append(subprocess.Popen(
             [str(spark_class), "org.apache.spark.deploy.worker.Worker", master_url,

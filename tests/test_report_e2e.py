@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
-
-import pytest
+from typing import Any
 
 import pyarrow.parquet as pq
 import pyspark  # noqa: F401  (a dev dependency: missing is a failure, not a skip)
+import pytest
 
-from .conftest import ROOT, Api, unique
+from .helpers import ROOT, Api, unique
+
+pytestmark = pytest.mark.slow  # a real run, snapshots and a Spark job
 
 # `make test` installs Java; without it this suite must fail, not pass empty
 assert shutil.which("java"), "Spark needs Java 17+ (Debian: openjdk-17-jre-headless)"
@@ -84,7 +87,8 @@ def test_report_reads_snapshots_of_a_real_run(node_factory: Callable[..., Any], 
     for q, r in rows.items():
         s = sorted(samples[q], key=lambda x: x["ts"])
         span = (s[-1]["ts"] - s[0]["ts"]).total_seconds()
-        consumed = sum(max(0, b["committed_offset"] - a["committed_offset"]) for a, b in zip(s, s[1:]))
+        consumed = sum(max(0, b["committed_offset"] - a["committed_offset"])
+                       for a, b in itertools.pairwise(s))
         produced = s[-1]["max_offset"] - s[0]["max_offset"]
         assert r["lag"] == s[-1]["max_offset"] - s[-1]["committed_offset"] == view[q]["backlog"]
         assert r["samples"] == 3

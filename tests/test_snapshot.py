@@ -26,8 +26,7 @@ import redis
 from gateway.cli import devstack
 from gateway.ops import snapshot as snap
 
-from .conftest import ROOT, Api, start_node, unique
-from .test_long_poll import Monitor
+from .helpers import ROOT, Api, Monitor, start_node, unique
 
 UTC = dt.UTC
 
@@ -186,6 +185,7 @@ def redis_cluster():
     c.stop()
 
 
+@pytest.mark.slow  # Redis Cluster
 @pytest.mark.timeout(120)
 def test_snapshot_reads_every_primary_of_a_redis_cluster(redis_cluster, bootstrap: str, make_topic,
                                                          tmp_path: Path) -> None:
@@ -354,7 +354,8 @@ def test_write_snapshot_rows_partitions_and_names() -> None:
 
     with tempfile.TemporaryDirectory() as d:
         out = Path(d)
-        a = snap.write_snapshot_rows(synthetic_rows(3), out, dt.datetime(2024, 12, 31, 23, 59, 59, 999_000, UTC))
+        last_ms_of_2024 = dt.datetime(2024, 12, 31, 23, 59, 59, 999_000, UTC)
+        a = snap.write_snapshot_rows(synthetic_rows(3), out, last_ms_of_2024)
         b = snap.write_snapshot_rows(synthetic_rows(3), out, 1_735_689_600_000)  # 2025-01-01T00:00:00Z
         c = snap.write_snapshot_rows([], out, 1_735_689_600_000)  # same name: never replaced
         check_place(a, out, 1_735_689_599_999)
@@ -421,13 +422,17 @@ def test_every_loop_writes_partitioned_files_and_stops_on_sigterm(redis_url: str
     for f in files:
         t = pq.read_table(f)
         assert t.schema.equals(snap.SCHEMA)
-        assert [(r["consumer"], r["max_offset"], r["committed_offset"]) for r in t.to_pylist()] == [("g1", 9, 4)]
+        rows = [(r["consumer"], r["max_offset"], r["committed_offset"]) for r in t.to_pylist()]
+        assert rows == [("g1", 9, 4)]
         (ts,) = set(ts_ms(t))
         check_place(f, out, ts)
         stamps.append(ts)
     stamps.sort()
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
-    assert all(g > 0 for g in gaps) and 200 <= sum(gaps) / len(gaps) <= 1000, gaps  # every 300 ms
+    # every 300 ms: the first sample is at once and later ones never early, so the mean gap is at
+    # least the interval whatever the load. The ceiling only tells 300 ms from the 60 s default
+    # (test_parse_interval checks the units); samples slowed by a loaded machine stay well below.
+    assert all(g > 0 for g in gaps) and 200 <= sum(gaps) / len(gaps) <= 5000, gaps
     assert not [p for p in out.rglob(".*")], "temporary files left behind"
     assert proc.stderr is not None and proc.stderr.read().count("rows in") == len(files)
 
@@ -445,7 +450,8 @@ def test_sigterm_does_not_wait_for_the_next_interval(redis_url: str, tmp_path: P
         assert pq.read_table(parquet_files(out)[0]).num_rows == 0  # nothing under this prefix
         t0 = time.monotonic()
         os.killpg(proc.pid, signal.SIGTERM)
-        assert proc.wait(10) == 0 and time.monotonic() - t0 < 5
+        # the next sample is 60 s away: stopping well before it (30 s of room) did not wait for it
+        assert proc.wait(30) == 0 and time.monotonic() - t0 < 30
     finally:
         stop(proc)
 
@@ -468,7 +474,8 @@ def test_reads_with_scan_and_pipelined_hash_reads_never_keys(redis_url: str, rds
     pipe = rds.pipeline(transaction=False)
     queue_keys = 0
     for i, g in enumerate(groups):
-        for key in [f"{prefix}:{{{g}}}:q"] + ([f"{prefix}:{{{g}}}:q:c{j}" for j in range(2)] if i % 5 == 0 else []):
+        clients = [f"{prefix}:{{{g}}}:q:c{j}" for j in range(2)] if i % 5 == 0 else []
+        for key in [f"{prefix}:{{{g}}}:q", *clients]:
             pipe.hset(key, mapping={f"t{i % 3}:{q}:{a}": q for q in range(4) for a in ("max", "com", "lock")})
             queue_keys += 1
         if i % 4 == 0:
@@ -486,21 +493,25 @@ def test_reads_with_scan_and_pipelined_hash_reads_never_keys(redis_url: str, rds
         summary = run_once(redis_url, tmp_path / "snaps", MQGW_KEY_PREFIX=prefix)
     assert summary["queue_keys"] == queue_keys and summary["consumers"] == n_groups
     assert summary["rows"] == (queue_keys - 1) * 4 + 1000
-    lines = list(zip(mon.conns, mon.lines))  # (client address:port, command)
+    lines = list(zip(mon.conns, mon.lines, strict=True))  # (client address:port, command)
     assert not [c for _, c in lines if c.split(" ", 1)[0].upper() == "KEYS"]
     ports = {p for p, c in lines if c == "CLIENT SETNAME mqgw-snapshot"}
     assert len(ports) == 1, ports  # one connection did all the reading
     mine = [c for p, c in lines if p in ports]
     verbs = [c.split(" ", 1)[0].upper() for c in mine]
-    assert set(verbs) <= {"HELLO", "CLIENT", "SELECT", "PING", "SCAN", "HSCAN", "HGETALL", "TIME"}, set(verbs)
-    assert verbs.count("TIME") == 1  # Redis' clock, once per sample, for the rate buckets
+    assert set(verbs) <= {"HELLO", "CLIENT", "SELECT", "PING", "SCAN", "HSCAN", "HGETALL", "SCRIPT",
+                          "EVALSHA"}, set(verbs)
+    # the rate buckets, refilled to Redis' clock by bucket_level.lua: loaded once, one call each
+    assert [c.split(" ", 2)[:2] for c in mine if c.startswith("SCRIPT")] == [["SCRIPT", "LOAD"]]
+    assert verbs.count("EVALSHA") == n_groups
     scans = [c for c in mine if c.startswith("SCAN ")]
-    assert len(scans) >= 3 and all(c.endswith(f"MATCH {prefix}:{{*}}:q* COUNT 1000") for c in scans), scans[:3]
+    assert len(scans) >= 3, scans
+    assert all(c.endswith(f"MATCH {prefix}:{{*}}:q* COUNT 1000") for c in scans), scans[:3]
     hscans = [c for c in mine if c.startswith("HSCAN ")]
     first = [c for c in hscans if c.split()[2] == "0"]  # queue hashes, watermarks of t0-t2 and wide
     assert len(first) == queue_keys + 4 and all(c.endswith("COUNT 1000") for c in hscans)
     assert len(hscans) - len(first) >= 1  # the wide hash was read in steps
-    assert verbs.count("HGETALL") == 2 * n_groups  # cfg and rl of every consumer
+    assert verbs.count("HGETALL") == n_groups  # cfg of every consumer
 
 
 @pytest.mark.timeout(60)

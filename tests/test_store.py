@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 import redis
@@ -11,8 +12,7 @@ import redis.asyncio as aioredis
 
 from gateway.store import Lock, NoQueue, OffsetStore, Paused
 
-from .conftest import unique
-from .test_long_poll import Monitor
+from .helpers import Monitor, unique
 
 T = "topic-a"
 DEFAULTS: dict[str, Any] = dict(address="1.2.3.4:5", default_timeout_ms=60_000,

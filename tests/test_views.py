@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from .conftest import Api, unique
+from .helpers import Api, unique
 
 
 @pytest.mark.timeout(60)
@@ -30,7 +30,7 @@ def test_idle_consumer_backlog_keeps_growing_in_the_view(api: Api, make_topic) -
 @pytest.mark.timeout(60)
 def test_view_shows_lock_age_and_client(api: Api, make_topic) -> None:
     topic, g = make_topic(1), unique()
-    api.config(g, start="earliest", consumeTimeoutMs=10_000)
+    api.config(g, start="earliest", consumeTimeoutMs=60_000)  # no stall of a loaded machine ends it
     for v in ("a", "b"):  # one record per broker batch, as above
         api.produce(topic, [v])
     time.sleep(0.25)
@@ -38,7 +38,7 @@ def test_view_shows_lock_age_and_client(api: Api, make_topic) -> None:
                  headers={"x-forwarded-for": "10.1.2.3"})
     time.sleep(0.2)
     q = api.http.get(api.url(f"/consumers/{g}/queues")).json()["queues"][0]
-    assert q["locked"] is True and 150 <= q["lockAgeMs"] < 10_000
+    assert q["locked"] is True and 150 <= q["lockAgeMs"] < 60_000
     assert q["lastClientAddress"] == "10.1.2.3" and q["backlog"] == 2
     # a queue's tokens start at (ms of its first lock) x 1000, so this first lock ends in 001
     assert q["lockToken"] % 1000 == 1 and q["lockToken"] // 1000 > time.time() * 1000 - 60_000

@@ -25,8 +25,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent.parent))
 
-import rawkafka  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+
+import rawkafka  # noqa: E402
 from gateway.cli import devstack  # noqa: E402
 
 TOPIC = "settings"
@@ -100,8 +101,8 @@ def seek_cost(bs: str, backoff: int, fetch_bytes: int, n: int = 120) -> str:
         cpu = (cpu_s() - c0) / n * 1000
     finally:
         c.close()
-    return f"fetch.max.bytes={fetch_bytes // 1024:>5} KB, fetch.queue.backoff.ms={backoff:<2}  assign + read 32:" \
-           f" p50 {pct(lat, .5):5.2f} ms" \
+    return f"fetch.max.bytes={fetch_bytes // 1024:>5} KB, fetch.queue.backoff.ms={backoff:<2}" \
+           f"  assign + read 32: p50 {pct(lat, .5):5.2f} ms" \
            f"  p90 {pct(lat, .9):5.2f} ms  client CPU {cpu:5.2f} ms per read"
 
 

@@ -7,10 +7,10 @@ Redis pool, the registered Lua scripts, the broker clients. Requests build nothi
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -29,7 +29,8 @@ from ..core.requestid import RequestIdCodec
 from ..core.watermarks import Watermarks
 from ..ops import logs, metrics
 from ..ops.alerts import AlertMonitor
-from ..store import UNAVAILABLE, OffsetStore, connect
+from ..store import UNAVAILABLE, OffsetStore
+from .access import RequestContext
 from .admin import admin_routes
 from .errors import ApiError, from_domain, unavailable_body
 from .routes import JSON, data_routes
@@ -41,7 +42,6 @@ _SPEC = resources.files("gateway") / "openapi.yaml"  # a link to the top-level s
 @dataclass
 class Gateway:
     settings: Settings
-    redis: Any  # the store's client; ops modules still read it (to be removed)
     store: OffsetStore
     broker: Broker
     consume: ConsumeService
@@ -61,10 +61,9 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
             # API keys guard nothing if anyone can sign a requestId that acks any offset range
             raise RuntimeError("auth is on but MQGW_HMAC_KEY is the public default: set a secret "
                                "shared by all nodes (e.g. openssl rand -hex 32)")
-        r = connect(settings.redis_url)
         b = broker or brokers.create(settings)
         await b.start()
-        store = OffsetStore(r, settings.key_prefix)
+        store = OffsetStore.connect(settings.redis_url, settings.key_prefix)
         wm = Watermarks(store, b, settings.metadata_refresh_ms)
         keys = KeyStore(store)
         auth = Authorizer(settings.auth, keys)
@@ -79,7 +78,7 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
         if settings.open_mode:
             log.warning("open mode is on (MQGW_OPEN_MODE=true): unregistered consumers and "
                         "producers are served")
-        app.state.gw = Gateway(settings, r, store, b, consume, spec, Registry(store, settings),
+        app.state.gw = Gateway(settings, store, b, consume, spec, Registry(store, settings),
                                keys, auth)
         alerts = app.state.gw.alerts = AlertMonitor(app.state.gw)
         alerts.start()
@@ -89,10 +88,10 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
             metrics.shutdown()
             await alerts.stop()
             await b.close()
-            await r.aclose()
+            await store.aclose()
 
     return Starlette(routes=data_routes + admin_routes, lifespan=lifespan,
-                     middleware=[Middleware(logs.RequestContext, access_log=settings.access_log)],
+                     middleware=[Middleware(RequestContext, access_log=settings.access_log)],
                      exception_handlers={
         ApiError: _api_error,
         DomainError: _domain_error,

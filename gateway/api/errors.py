@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..broker import BrokerUnavailable
-from ..core.errors import (Busy, DomainError, Forbidden, Invalid, NotFound, TooLarge,
-                           Unauthenticated)
+from ..core.errors import Busy, DomainError, Forbidden, Invalid, NotFound, TooLarge, Unauthenticated
 
 #: Status of each domain error kind (looked up along the class's MRO, most specific first).
 STATUS: dict[type[DomainError], int] = {

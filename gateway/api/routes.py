@@ -14,8 +14,8 @@ from ..core.consume import FetchParams, FetchStatus
 from ..core.errors import bad_request
 from ..core.names import check_name, check_topic
 from ..core.produce import check_producer, produce
+from ..core.views import queue_rows
 from ..ops import metrics
-from ..ops.metrics import metrics_route
 from ..store import AckOutcome, UnlockOutcome, now_ms
 from .errors import ApiError
 from .wire import ack_body, fetched_body, parse_produce, produced_body
@@ -67,7 +67,7 @@ def _int(params: dict[str, Any], name: str, default: int | None, lo: int, hi: in
          code: str = "") -> int:
     """An integer parameter in [lo, hi]; absent gives ``default`` (None: the value is required)."""
     code = code or f"invalid_{name}"
-    v = params.get(name)
+    v: Any = params.get(name)
     if (v is None or v == "") and default is not None:
         return default
     try:
@@ -136,7 +136,7 @@ async def message_route(request: Request) -> Response:
     f = await gw.consume.fetch(params)
     if f.ack is not None:
         metrics.acked(f.ack.result.value)
-    metrics.fetched(f.status.value, f.messages, bool(f.batch and f.batch.redelivered))
+    metrics.fetched(f.status.value, f.count, bool(f.batch and f.batch.redelivered))
     body = fetched_body(f, gw.broker.name, encoding)
     if f.status is FetchStatus.RATE_LIMITED:
         retry_s = str(max(1, -(-f.retry_after_ms // 1000)))
@@ -188,24 +188,13 @@ async def queues_route(request: Request) -> Response:
     await gw.auth.require_consumer(request.headers, group)
     cfg = await gw.store.get_config(group)
     timeout = int(cfg.get("consume_timeout_ms") or gw.settings.consume_timeout_ms)
-    now = now_ms()
-    out = []
-    states = await gw.store.queue_states(group, client_id)
-    # The consumer's own max only moves when it polls; the shared watermarks keep moving.
-    shared = {t: await gw.store.shared_watermarks(t) for t in {q.topic for q in states}}
-    for q in states:
-        age = now - q.lock_ms if q.lock_ms else None
-        max_offset = max(q.max_offset, shared[q.topic].get(q.queue, (0, 0))[1])
-        out.append({
-            "topic": q.topic, "queue": q.queue,
-            "maxOffset": max_offset, "committedOffset": q.committed,
-            "backlog": max(0, max_offset - q.committed),
-            "locked": age is not None and age < timeout,
-            "lockAgeMs": age, "lockToken": q.token,
-            "lastAccessMs": q.access_ms or None,
-            "lastAccessAgeMs": (now - q.access_ms) if q.access_ms else None,
-            "lastClientAddress": q.address or None,
-        })
+    out = [{
+        "topic": r.topic, "queue": r.queue,
+        "maxOffset": r.max_offset, "committedOffset": r.committed, "backlog": r.backlog,
+        "locked": r.locked(timeout), "lockAgeMs": r.lock_age_ms, "lockToken": r.token,
+        "lastAccessMs": r.last_access_ms, "lastAccessAgeMs": r.last_access_age_ms,
+        "lastClientAddress": r.address,
+    } for r in await queue_rows(gw.store, group, client_id)]
     return JSON({"consumer": group, "clientId": client_id or None, "consumeTimeoutMs": timeout,
                  "queues": out})
 
@@ -220,6 +209,11 @@ async def clients_route(request: Request) -> Response:
     return JSON({"consumer": group, "idleExpiryMs": gw.settings.client_idle_ms, "clients": clients})
 
 
+async def metrics_route(request: Request) -> Response:
+    """``GET /metrics`` in the Prometheus text format."""
+    return Response(await metrics.render(), headers={"content-type": metrics.CONTENT_TYPE_LATEST})
+
+
 async def healthz(request: Request) -> Response:
     return JSON({"status": "ok"})
 
@@ -229,7 +223,7 @@ async def readyz(request: Request) -> Response:
     checks = {"redis": False, "broker": False}
     try:
         checks["redis"] = await gw.store.ping()
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure means not ready
         pass
     checks["broker"] = await gw.broker.ping()
     ok = all(checks.values())

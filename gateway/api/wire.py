@@ -69,10 +69,11 @@ def _message(m: Any, i: int, default_enc: str) -> OutgoingMessage:
     headers: list[tuple[str, bytes]] = []
     raw_h = m.get("headers")
     if raw_h is not None:
-        pairs = raw_h.items() if isinstance(raw_h, dict) else raw_h
+        pairs: Any = raw_h.items() if isinstance(raw_h, dict) else raw_h
         if not isinstance(pairs, (list, type({}.items()))):
             raise bad_request("invalid_headers", f"messages[{i}].headers must be an object or "
                               "a list of [name, value] pairs", index=i)
+        pair: Any
         for pair in pairs:
             if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], str)):
                 raise bad_request("invalid_headers", f"messages[{i}].headers: each header is "
@@ -96,7 +97,8 @@ def _bytes(v: Any, enc: str, i: int, name: str) -> bytes | None:
     if v is None:
         return None
     if not isinstance(v, str):
-        raise bad_request("invalid_" + ("value" if name == "value" else "key" if name == "key" else "headers"),
+        kind = name if name in ("value", "key") else "headers"
+        raise bad_request(f"invalid_{kind}",
                           f"messages[{i}].{name} must be a string or null", index=i)
     if enc == "utf8":
         return v.encode()
@@ -165,6 +167,9 @@ def encode_records(records: list[Record], encoding: str) -> list[dict[str, Any]]
     """Records as JSON: UTF-8 text, or base64 per record when asked or when not valid UTF-8."""
     out = []
     b64 = encoding == "base64"
+    k: str | None
+    v: str | None
+    h: list[list[str | None]]
     for r in records:
         key, value, headers = r.key, r.value, r.headers
         enc = "base64" if b64 else "utf8"

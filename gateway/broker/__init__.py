@@ -4,15 +4,39 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import (QUEUE_ID, Broker, BrokerUnavailable, Capability, FetchResult, OutgoingMessage,
-                   ProduceResult, Record, Skipped, SkipReason, UnknownTopic, check_queue_id)
+from .base import (
+    QUEUE_ID,
+    Broker,
+    BrokerUnavailable,
+    Capability,
+    FetchResult,
+    OutgoingMessage,
+    ProduceResult,
+    Record,
+    Skipped,
+    SkipReason,
+    UnknownTopic,
+    check_queue_id,
+)
 
 if TYPE_CHECKING:
     from ..config import Settings
 
-__all__ = ["QUEUE_ID", "Broker", "BrokerUnavailable", "Capability", "FetchResult", "OutgoingMessage",
-           "ProduceResult", "Record", "Skipped", "SkipReason", "UnknownTopic", "check_queue_id",
-           "create"]
+__all__ = [
+    "QUEUE_ID",
+    "Broker",
+    "BrokerUnavailable",
+    "Capability",
+    "FetchResult",
+    "OutgoingMessage",
+    "ProduceResult",
+    "Record",
+    "SkipReason",
+    "Skipped",
+    "UnknownTopic",
+    "check_queue_id",
+    "create",
+]
 
 #: Broker names accepted by the ``broker`` setting.
 KINDS = ("kafka", "memory")
@@ -31,5 +55,5 @@ def create(settings: Settings) -> Broker:
     if settings.broker == "memory":
         from .memory import MemoryBroker
 
-        return MemoryBroker()
+        return MemoryBroker(auto_create_queues=4)
     raise ValueError(f"unknown broker {settings.broker!r}: one of {', '.join(KINDS)}")

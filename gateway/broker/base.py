@@ -98,7 +98,8 @@ class OutgoingMessage:
 class ProduceResult:
     queue: str = ""
     offset: int = -1
-    error_code: str = ""  # unknown_topic | unknown_partition | message_too_large | broker_timeout | broker_error
+    #: unknown_topic | unknown_partition | message_too_large | broker_timeout | broker_error
+    error_code: str = ""
     error: str = ""
 
 

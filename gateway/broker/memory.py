@@ -9,20 +9,32 @@ process only (``MQGW_BROKER=memory`` with one worker).
 from __future__ import annotations
 
 import time
+import zlib
 
-from .base import (Broker, Capability, FetchResult, OutgoingMessage, ProduceResult, Record,
-                   Skipped, SkipReason, UnknownTopic, check_queue_id)
+from .base import (
+    Broker,
+    Capability,
+    FetchResult,
+    OutgoingMessage,
+    ProduceResult,
+    Record,
+    Skipped,
+    SkipReason,
+    UnknownTopic,
+    check_queue_id,
+)
 
 
 class MemoryBroker(Broker):
     capabilities = frozenset({Capability.OUT_OF_RETENTION})
 
-    def __init__(self, name: str = "kafka") -> None:
-        # Named like the broker it stands in for: requestIds name their broker, and a test
-        # double must be able to ack what a real node handed out.
+    def __init__(self, name: str = "memory", auto_create_queues: int = 0) -> None:
         self.name = name
+        #: >0: a produce to an unknown topic creates it with this many queues (a dev server).
+        self.auto_create_queues = auto_create_queues
         self.logs: dict[str, dict[str, dict[int, Record]]] = {}
         self.low: dict[tuple[str, str], int] = {}
+        self.end: dict[tuple[str, str], int] = {}  # the next offset to write (high watermark)
         self.fetches: list[tuple[str, str, int]] = []
         self.watermark_calls = 0
 
@@ -37,8 +49,9 @@ class MemoryBroker(Broker):
         log = self._log(topic, queue)
         out = []
         for v in values:
-            off = max(log) + 1 if log else self.low.get((topic, queue), 0)
+            off = self._hi(topic, queue)
             log[off] = Record(off, None, v.encode() if isinstance(v, str) else v, [], timestamp)
+            self.end[(topic, queue)] = off + 1
             out.append(off)
         return out
 
@@ -61,10 +74,12 @@ class MemoryBroker(Broker):
         return self.logs[topic][queue]
 
     def _hi(self, topic: str, queue: str) -> int:
-        log = self._log(topic, queue)
-        return max(log) + 1 if log else self.low.get((topic, queue), 0)
+        self._log(topic, queue)
+        return max(self.end.get((topic, queue), 0), self.low.get((topic, queue), 0))
 
     async def queues(self, topic: str) -> list[str]:
+        if topic not in self.logs and self.auto_create_queues > 0:  # as auto.create.topics.enable
+            self.create(topic, self.auto_create_queues)
         if topic not in self.logs:
             raise UnknownTopic(topic)
         return list(self.logs[topic])
@@ -100,15 +115,19 @@ class MemoryBroker(Broker):
         out = []
         for m in messages:
             q = m.queue or "0"
+            if topic not in self.logs and self.auto_create_queues > 0:
+                self.create(topic, self.auto_create_queues)
+            if m.queue is None and m.key is not None and topic in self.logs:
+                q = str(zlib.crc32(m.key) % len(self.logs[topic]))  # same key, same queue
             if topic not in self.logs:
                 out.append(ProduceResult(error_code="unknown_topic", error=f"no topic {topic!r}"))
                 continue
             if q not in self.logs[topic]:
                 out.append(ProduceResult(error_code="unknown_partition", error=f"no queue {q!r}"))
                 continue
-            log = self.logs[topic][q]
-            off = max(log) + 1 if log else self.low.get((topic, q), 0)
+            off = self._hi(topic, q)
             ts = m.timestamp if m.timestamp is not None else int(time.time() * 1000)
-            log[off] = Record(off, m.key, m.value, list(m.headers), ts)
+            self.logs[topic][q][off] = Record(off, m.key, m.value, list(m.headers), ts)
+            self.end[(topic, q)] = off + 1
             out.append(ProduceResult(q, off))
         return out

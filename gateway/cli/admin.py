@@ -69,8 +69,8 @@ def _call(a: argparse.Namespace) -> Call:
         "producers-register": lambda: ("PUT", f"/admin/producers/{name}", {"topics": a.topic}, None),
         "producers-unregister": lambda: ("DELETE", f"/admin/producers/{name}", None, None),
         "keys-list": lambda: ("GET", "/admin/keys", None, None),
-        "keys-create": lambda: ("POST", "/admin/keys", {"name": a.name, "admin": a.admin,
-                                                        "producers": a.producer, "consumers": a.consumer}, None),
+        "keys-create": lambda: ("POST", "/admin/keys", {
+            "name": a.name, "admin": a.admin, "producers": a.producer, "consumers": a.consumer}, None),
         "keys-revoke": lambda: ("DELETE", f"/admin/keys/{name}", None, None),
         "backlog": lambda: ("GET", "/admin/backlog", None,
                             {"consumer": a.consumer, "age": "false" if a.no_age else "true"}),
@@ -145,7 +145,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     adm.add_argument("--timeout", type=float, default=30.0)
     cmds = adm.add_subparsers(dest="group_cmd", required=True)
 
-    def cmd(parent: Any, name: str, command: str, help: str, with_name: bool = True) -> argparse.ArgumentParser:
+    def cmd(parent: Any, name: str, command: str, help: str,
+            with_name: bool = True) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help)
         if with_name:
             p.add_argument("name")

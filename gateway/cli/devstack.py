@@ -59,9 +59,9 @@ class Service:
 
 
 def _spawn(cmd: list[str], log_path: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    log = open(log_path, "ab")
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, env=env)
+    with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
 
 
 def start_redis(port: int | None = None) -> Service:

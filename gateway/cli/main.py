@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="output directory (default $MQGW_SNAPSHOT_DIR or ./snapshots)")
     p.add_argument("--once", action="store_true", help="take one sample, print a JSON summary, exit")
     p.add_argument("--redis-url", help="default: the gateway's redis_url setting")
+    p.add_argument("--broker", help="value of the broker column (default: the broker setting, MQGW_BROKER)")
     p.add_argument("-v", "--verbose", action="store_true", help="a line on stderr per sample")
     p.set_defaults(fn=_snapshot)
     from ..reports import job as report_job  # imports pyspark only when the command runs

@@ -17,14 +17,12 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
-
-import orjson
-
-from .errors import DomainError, forbidden, unauthorized
+from typing import Any
 
 from ..store import Credential, OffsetStore, now_ms
+from .errors import DomainError, forbidden, unauthorized
 
 _KEY = re.compile(r"mqgw_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")
 
@@ -78,8 +76,7 @@ class KeyStore:
 
     def __init__(self, store: OffsetStore) -> None:
         self.store = store
-        self.redis = store.redis
-        self.hash = store.registry_key("keys")
+        self.records = store.registry
 
     async def create(self, name: str, *, admin: bool = False, producers: list[str] | None = None,
                      consumers: list[str] | None = None) -> tuple[str, KeyRecord]:
@@ -88,18 +85,16 @@ class KeyStore:
                         sorted(set(consumers or [])), now_ms())
         # Grants first, record last: a key is never usable for the admin API before its
         # record exists, and revoke() undoes in the opposite order.
-        for g in rec.consumers:
-            await self.redis.hset(self.store.grants_key(g), key_id, rec.sha256)
-        await self.redis.hset(self.hash, key_id, orjson.dumps(asdict(rec)))
+        await self.records.grant(key_id, rec.sha256, rec.consumers)
+        await self.records.put_key(key_id, asdict(rec))
         return key, rec
 
     async def get(self, key_id: str) -> KeyRecord | None:
-        raw = await self.redis.hget(self.hash, key_id)
-        return KeyRecord(**orjson.loads(raw)) if raw else None
+        raw = await self.records.key(key_id)
+        return KeyRecord(**raw) if raw else None
 
     async def all(self) -> list[KeyRecord]:
-        raw = await self.redis.hgetall(self.hash)
-        return sorted((KeyRecord(**orjson.loads(v)) for v in raw.values()),
+        return sorted((KeyRecord(**r) for r in await self.records.all_keys()),
                       key=lambda r: (r.created_ms, r.id))
 
     async def verify(self, cred: Credential) -> KeyRecord | None:
@@ -114,9 +109,8 @@ class KeyStore:
             return None
         # Grants first, the record last: if this stops half-way, the key is still listed and a
         # second DELETE finishes the job (the other order left grants no DELETE could reach).
-        for g in rec.consumers:
-            await self.redis.hdel(self.store.grants_key(g), key_id)
-        await self.redis.hdel(self.hash, key_id)
+        await self.records.revoke_grants(key_id, rec.consumers)
+        await self.records.delete_key(key_id)
         return rec
 
 

@@ -15,8 +15,20 @@ from enum import Enum
 
 from ..broker import Broker, Record, Skipped, UnknownTopic
 from ..config import Settings
-from ..store import (AckOutcome, AckResult, Credential, Lock, NoQueue, OffsetStore, Paused,
-                     RateLimited, Refused, UnlockOutcome, UnlockResult, now_ms)
+from ..store import (
+    AckOutcome,
+    AckResult,
+    Credential,
+    Lock,
+    NoQueue,
+    OffsetStore,
+    Paused,
+    RateLimited,
+    Refused,
+    UnlockOutcome,
+    UnlockResult,
+    now_ms,
+)
 from .auth import Authorizer
 from .errors import DomainError, Forbidden, Invalid, bad_request
 from .requestid import BatchRef, RequestIdCodec
@@ -88,7 +100,7 @@ class Fetched:
     ack: AckResult | None = None
 
     @property
-    def messages(self) -> int:
+    def count(self) -> int:
         return len(self.batch.records) if self.batch else 0
 
 

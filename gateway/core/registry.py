@@ -3,7 +3,8 @@
 A consumer's registration is its config hash ``P:{G}:cfg``, the hash the choose and ack
 scripts already read: registering, pausing or rate-limiting a consumer is one write there,
 and the next ``/message`` on any node obeys it without a reload. Producers are entries of
-``P:{reg}:producers`` (name -> JSON), read by the produce check script.
+``P:{reg}:producers`` (name -> JSON), read by the produce check script. The reads and writes
+are the store's (``gateway.store.registry``); this module validates and shapes them.
 
 The API speaks camelCase JSON; the hash keeps short snake_case fields for the scripts.
 """
@@ -12,12 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from ..config import Settings
+from ..store import OffsetStore, now_ms
 from .errors import bad_request, not_found
 from .names import check_name, check_topic
-from ..store import OffsetStore, now_ms
 
 MODES = ("cluster", "broadcast")
 #: Fields of the consumer API, and every hash field each one owns (PUT replaces all of them).
@@ -29,7 +28,8 @@ _FIELDS: dict[str, tuple[str, ...]] = {
               "retry_max_delay_ms", "retry_dead_letter_topic"),
     "alerts": ("alert_backlog", "alert_age_ms"),
 }
-_RETRY = {"maxAttempts": ("retry_max_attempts", 1, 1000), "initialDelayMs": ("retry_initial_delay_ms", 0, 2**40),
+_RETRY = {"maxAttempts": ("retry_max_attempts", 1, 1000),
+          "initialDelayMs": ("retry_initial_delay_ms", 0, 2**40),
           "multiplier": ("retry_multiplier", 1, 100), "maxDelayMs": ("retry_max_delay_ms", 0, 2**40)}
 _ALERTS = {"backlogMessages": ("alert_backlog", 1, 2**62), "oldestAgeMs": ("alert_age_ms", 1, 2**40)}
 
@@ -45,7 +45,8 @@ def _number(v: Any, code: str, name: str, lo: float, hi: float, integer: bool = 
     if not ok or not lo <= v <= hi:
         kind = "an integer" if integer else "a number"
         raise bad_request(code, f"{name} must be {kind} between {lo} and {hi}", min=lo, max=hi)
-    return v
+    n: float = v  # an int stays an int (str() of it has no ".0")
+    return n
 
 
 def _topics(v: Any) -> list[str]:
@@ -71,7 +72,8 @@ def consumer_fields(body: dict[str, Any]) -> dict[str, str | None]:
                 raise bad_request("invalid_mode", "mode must be 'cluster' or 'broadcast'")
             out["mode"] = value
         elif name == "consumeTimeoutMs":
-            out["consume_timeout_ms"] = str(_number(value, "invalid_consume_timeout_ms", name, 100, 86_400_000))
+            out["consume_timeout_ms"] = str(_number(value, "invalid_consume_timeout_ms", name, 100,
+                                                    86_400_000))
         elif name == "maxBatch":
             out["max_batch"] = str(_number(value, "invalid_max_batch", name, 1, 1_000_000))
         elif name == "start":
@@ -116,7 +118,7 @@ def consumer_view(group: str, cfg: dict[str, str], settings: Settings) -> dict[s
         return int(cfg[f]) if cfg.get(f) else None
 
     rate = float(cfg["rate"]) if cfg.get("rate") else None
-    retry = {k: (float(cfg[f]) if k == "multiplier" else int(cfg[f]))
+    retry: dict[str, Any] = {k: (float(cfg[f]) if k == "multiplier" else int(cfg[f]))
              for k, (f, _, _) in _RETRY.items() if cfg.get(f)}
     if cfg.get("retry_dead_letter_topic"):
         retry["deadLetterTopic"] = cfg["retry_dead_letter_topic"]
@@ -143,12 +145,12 @@ def consumer_view(group: str, cfg: dict[str, str], settings: Settings) -> dict[s
 class Registry:
     def __init__(self, store: OffsetStore, settings: Settings) -> None:
         self.store = store
-        self.redis = store.redis
+        self.records = store.registry
         self.settings = settings
 
     # -- consumers ---------------------------------------------------------------------------
     async def config(self, group: str) -> dict[str, str]:
-        return await self.store.get_config(group)
+        return await self.records.config(group)
 
     async def get_consumer(self, group: str) -> dict[str, Any]:
         cfg = await self.config(group)
@@ -168,12 +170,8 @@ class Registry:
         now = str(now_ms())
         values = {k: v for k, v in fields.items() if v is not None}
         values.update(registered="1", updated_ms=now, created_ms=old.get("created_ms") or now)
-        key = self.store.config_key(group)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
-            pipe.hset(key, mapping=values)
-            await pipe.execute()
-        await self.redis.sadd(self.store.registry_key("consumers"), group)
+        await self.records.replace_config(group, values)
+        await self.records.add_registered(group)
         return consumer_view(group, values, self.settings), not old.get("registered")
 
     async def patch_consumer(self, group: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -190,17 +188,11 @@ class Registry:
             raise bad_request("registration_required", f"consumer {group!r} is not registered: "
                               "topics and mode are enforced only for registered consumers "
                               f"(PUT /admin/consumers/{group})")
-        key = self.store.config_key(group)
         sets = {k: v for k, v in fields.items() if v is not None}
         sets["updated_ms"] = str(now_ms())
-        dels = [k for k, v in fields.items() if v is None]
-        async with self.redis.pipeline(transaction=True) as pipe:
-            if dels:
-                pipe.hdel(key, *dels)
-            pipe.hset(key, mapping=sets)
-            await pipe.execute()
+        await self.records.update_config(group, sets, [k for k, v in fields.items() if v is None])
         if cfg.get("registered") != "1":  # settings of an open-mode name: list it (and watch
-            await self.redis.sadd(self.store.registry_key("seen"), group)  # its alert thresholds)
+            await self.records.mark_seen(group)  # its alert thresholds)
         return consumer_view(group, await self.config(group), self.settings)
 
     async def require_known(self, group: str) -> dict[str, str]:
@@ -215,33 +207,18 @@ class Registry:
         cfg = await self.require_known(group)
         await self.store.set_config(group, {"paused": "1" if paused else "0", "updated_ms": now_ms()})
         if cfg.get("registered") != "1":  # as patch_consumer: an open-mode name with settings is listed
-            await self.redis.sadd(self.store.registry_key("seen"), group)
+            await self.records.mark_seen(group)
 
     async def delete_consumer(self, group: str, delete_offsets: bool) -> dict[str, Any]:
         """Unregister: settings and rate bucket go; offsets too if asked. Key grants stay with
         their keys (revoke the key to remove them)."""
-        s = self.store
-        existed = bool(await self.redis.exists(s.config_key(group)))
-        await self.redis.delete(s.config_key(group), s.bucket_key(group))
-        await self.redis.srem(s.registry_key("consumers"), group)
-        await self.redis.srem(s.registry_key("seen"), group)
-        deleted = 0
-        if delete_offsets:
-            keys = {s.queues_key(group), s.clients_key(group)}
-            keys |= {s.queues_key(group, c) for c, _ in await s.clients(group)}
-            async for k in self.redis.scan_iter(match=_glob(s.queues_key(group)) + ":*", count=1000):
-                keys.add(k.decode() if isinstance(k, bytes) else k)
-            for k in keys:
-                deleted += await self.redis.delete(k)
+        existed, deleted = await self.records.delete_consumer(group, delete_offsets)
         return {"consumer": group, "unregistered": existed, "offsetsDeleted": delete_offsets,
                 "keysDeleted": deleted}
 
     async def consumer_names(self) -> tuple[set[str], set[str]]:
         """(registered, seen in open mode) consumer names."""
-        reg = await self.redis.smembers(self.store.registry_key("consumers"))
-        seen = await self.redis.smembers(self.store.registry_key("seen"))
-        d = lambda xs: {x.decode() if isinstance(x, bytes) else x for x in xs}  # noqa: E731
-        return d(reg), d(seen)
+        return await self.records.consumer_names()
 
     async def list_consumers(self) -> list[dict[str, Any]]:
         reg, seen = await self.consumer_names()
@@ -262,24 +239,20 @@ class Registry:
         now = now_ms()
         rec = {"producer": name, "topics": topics, "createdMs": old["createdMs"] if old else now,
                "updatedMs": now}
-        await self.redis.hset(self.store.registry_key("producers"), name, orjson.dumps(rec))
+        await self.records.put_producer(name, rec)
         return rec, old is None
 
     async def get_producer(self, name: str, missing_ok: bool = False) -> dict[str, Any] | None:
-        raw = await self.redis.hget(self.store.registry_key("producers"), name)
-        if raw is None:
-            if missing_ok:
-                return None
+        rec = await self.records.producer(name)
+        if rec is None and not missing_ok:
             raise not_found("unknown_producer", f"producer {name!r} is not registered")
-        return orjson.loads(raw)
+        return rec
 
     async def list_producers(self) -> list[dict[str, Any]]:
-        raw = await self.redis.hgetall(self.store.registry_key("producers"))
-        return sorted((orjson.loads(v) for v in raw.values()), key=lambda r: r["producer"])
+        return sorted(await self.records.producers(), key=lambda r: r["producer"])
 
     async def delete_producer(self, name: str) -> dict[str, Any]:
-        n = await self.redis.hdel(self.store.registry_key("producers"), name)
-        if not n:
+        if not await self.records.delete_producer(name):
             raise not_found("unknown_producer", f"producer {name!r} is not registered")
         return {"producer": name, "unregistered": True}
 
@@ -292,7 +265,3 @@ def check_names(v: Any, what: str) -> list[str]:
         raise bad_request(f"invalid_{what}", f"{what} must be an array of names")
     return [check_name(x, what[:-1]) for x in v]
 
-
-def _glob(s: str) -> str:
-    """Escape glob metacharacters (the braces of the hash tag are fine; '[' '*' '?' are not)."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in s)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..broker import Broker
+from ..store import OffsetStore
 from .errors import bad_request, not_found
 from .names import check_name, check_topic
-from ..store import OffsetStore
 
 RESET_MODES = ("earliest", "latest", "timestamp", "offset")
 
@@ -79,13 +79,9 @@ async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, 
     else:
         clients = [client] if client else [""]
     moved: list[dict[str, Any]] = []
-    for c in clients:
-        for q, old, new in await store.reset(group, c, topic, targets):
+    for c in clients:  # a clientId's offsets expire when idle; one the reset creates must too
+        for q, old, new in await store.reset(group, c, topic, targets, client_idle_ms=client_idle_ms):
             moved.append({"clientId": c or None, "queue": q, "from": old if old >= 0 else None,
                           "to": new})
-        if c:  # a clientId's offsets expire when idle; one the reset created must too
-            key = store.queues_key(group, c)
-            if await store.redis.pttl(key) == -1:
-                await store.redis.pexpire(key, client_idle_ms)
     return {"consumer": group, "topic": topic, "to": mode,
             "moved": sum(1 for m in moved if m["from"] != m["to"]), "queues": moved}

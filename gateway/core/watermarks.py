@@ -5,19 +5,19 @@ rate. Instead each topic's watermarks sit in Redis and are refreshed at most onc
 per ``refresh_ms`` by whichever node takes the refresh lease; every process keeps
 the last copy it read for the same interval, and raises the high watermark
 whenever a fetch response shows a higher one. The copy is only a cache: losing it
-(a node dying) loses nothing.
+(a node dying) loses nothing. Views that read many topics once (the backlog) use
+:meth:`Watermarks.shared`: the same lease and refresh, without the process cache.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 from dataclasses import dataclass, field
 
-from ..broker import Broker, UnknownTopic
+from ..broker import Broker, UnknownTopic, check_queue_id
+from ..config import node_id
 from ..store import OffsetStore
 
 log = logging.getLogger("mqgw.watermarks")
@@ -32,7 +32,7 @@ class _Entry:
     read_at: float = 0.0  # monotonic seconds
     queues: dict[str, tuple[int, int]] = field(default_factory=dict)
     version: int = 0  # bumped whenever any high watermark moves: wakes long-polls
-    inflight: asyncio.Future | None = None  # the running refresh, if any
+    inflight: asyncio.Future[None] | None = None  # the running refresh, if any
 
 
 class Watermarks:
@@ -41,7 +41,7 @@ class Watermarks:
         self.broker = broker
         self.refresh_s = refresh_ms / 1000
         self.refresh_ms = refresh_ms
-        self.node_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.node_id = node_id()
         self._topics: dict[str, _Entry] = {}
         self._unknown: dict[str, float] = {}
 
@@ -72,7 +72,7 @@ class Watermarks:
         await asyncio.shield(self._refresh_once(topic, e))
         return e.queues
 
-    def _refresh_once(self, topic: str, e: _Entry) -> asyncio.Future:
+    def _refresh_once(self, topic: str, e: _Entry) -> asyncio.Future[None]:
         """Start a refresh unless one is running (single flight per process); return it."""
         if e.inflight is None:
             e.inflight = asyncio.ensure_future(self._refresh_and_clear(topic, e))
@@ -86,19 +86,41 @@ class Watermarks:
             e.inflight = None
 
     async def _refresh(self, topic: str, e: _Entry) -> None:
+        try:
+            wm = await self._read_shared(topic, strict=True)
+        except UnknownTopic:
+            self._unknown[topic] = time.monotonic() + 1.0
+            self._topics.pop(topic, None)
+            raise
+        self._merge(e, wm)
+        e.read_at = time.monotonic()
+
+    async def shared(self, topic: str) -> dict[str, tuple[int, int]]:
+        """The topic's shared watermarks, refreshed from the broker first if they are stale and
+        this process wins the refresh lease (as the consume path refreshes them), without the
+        process cache: for views that read each topic once. An unknown or unreachable topic is
+        logged and answers the stored copy (possibly empty): stored offsets still count."""
+        return await self._read_shared(topic, strict=False)
+
+    async def _read_shared(self, topic: str, strict: bool) -> dict[str, tuple[int, int]]:
+        """Read the shared copy, taking the refresh lease if it is stale; with the lease (or no
+        copy at all) ask the broker and store what it says (watermarks only move forward).
+        ``strict``: broker errors are raised, else logged and the stored copy returned."""
         lease, wm, _ts = await self.store.read_watermarks(topic, self.refresh_ms, self.node_id)
         if lease or not wm:
             try:
                 fresh = await self.broker.watermarks(topic)
-            except UnknownTopic:
-                self._unknown[topic] = time.monotonic() + 1.0
-                self._topics.pop(topic, None)
-                raise
-            await self.store.write_watermarks(topic, fresh)
+                for q in fresh:  # an adapter's ids end up in Redis fields and comma lists
+                    check_queue_id(q)
+                await self.store.write_watermarks(topic, fresh)
+            except Exception as e:
+                if strict:
+                    raise
+                log.info("watermarks of %s unavailable: %r", topic, e)
+                return wm
             wm = {q: (max(lo, wm.get(q, (0, 0))[0]), max(hi, wm.get(q, (0, 0))[1]))
                   for q, (lo, hi) in fresh.items()}
-        self._merge(e, wm)
-        e.read_at = time.monotonic()
+        return wm
 
     def observe(self, topic: str, queue: str, high_watermark: int) -> None:
         """Raise a queue's high watermark from a fetch response (ListOffsets may lag behind)."""
@@ -123,7 +145,7 @@ class Watermarks:
             e.version += 1
 
 
-def _log_failure(fut: asyncio.Future) -> None:
+def _log_failure(fut: asyncio.Future[None]) -> None:
     """Background refreshes have no awaiting request; their failure is logged, and retried."""
     if not fut.cancelled() and fut.exception() is not None:
         log.warning("watermark refresh failed: %s", fut.exception())

@@ -8,15 +8,9 @@ transition posts its webhook, so two nodes never report the same transition. Thr
 the config hash fields ``alert_backlog`` and ``alert_age_ms``
 (``PATCH /admin/consumers/{c} {"alerts": {...}}``).
 
-Keys (``P`` is the key prefix; one hash tag, so the Lua call works on Redis Cluster):
-
-==========================  ======  ==================================================
-``P:{alerts}:state``        hash    consumer -> JSON alert state (consumers with thresholds)
-``P:{alerts}:gauges``       hash    consumer -> JSON ``{totalBacklog, oldestAgeMs}`` (all)
-``P:{alerts}:evaluated``    string  time of the last evaluation (ms)
-``P:{alerts}:lease``        string  node that evaluates this interval (``SET NX PX``)
-``P:{alerts}:lock``         string  token of the running evaluation
-==========================  ======  ==================================================
+The keys (``P:{alerts}:state|gauges|evaluated|lease|lock``) are in the store's layout table
+(``gateway/store/keys.py``); their reads and writes, and the two scripts, are
+``gateway/store/alerts.py``.
 
 Webhooks are sent at most once: a node that dies between writing a transition and posting
 it loses that post (the state in the admin API and the metrics is still right).
@@ -26,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 import uuid
 from typing import Any
@@ -36,9 +28,10 @@ import orjson
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from . import backlog
+from ..config import node_id
 from ..core.errors import Busy
-from ..store import OffsetStore, now_ms
+from ..store import AlertKey, now_ms
+from . import backlog
 
 log = logging.getLogger("mqgw.alerts")
 
@@ -48,33 +41,6 @@ WEBHOOK_BACKOFF_S = 0.5  # doubled after every failed attempt
 #: How long evaluate_now() waits for an evaluation running elsewhere.
 LOCK_WAIT_S = 30.0
 
-# KEYS: lock, state, gauges, evaluated. ARGV: token, now, number of states, then name/JSON pairs
-# of the states, then name/JSON pairs of the gauges. Replaces both hashes if the lock is ours.
-_COMMIT = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3])
-local n = tonumber(ARGV[3])
-local function put(key, from, to)
-  for i = from, to, 1000 do
-    redis.call('HSET', key, unpack(ARGV, i, math.min(i + 999, to)))
-  end
-end
-put(KEYS[2], 4, 3 + 2 * n)
-put(KEYS[3], 4 + 2 * n, #ARGV)
-redis.call('SET', KEYS[4], ARGV[2])
-return 1
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
-def alert_key(store: OffsetStore, what: str) -> str:
-    """``P:{alerts}:<what>``: all alert keys share one Redis Cluster slot."""
-    return f"{store.prefix}:{{alerts}}:{what}"
-
-
 def _age_threshold(cfg: dict[str, str]) -> bool:
     return "oldestAgeMs" in backlog.thresholds(cfg)
 
@@ -82,19 +48,17 @@ def _age_threshold(cfg: dict[str, str]) -> bool:
 class AlertMonitor:
     def __init__(self, gw: Any) -> None:
         self.gw = gw
-        self.redis = gw.redis
+        self.store = gw.store  # its .alerts: the lease, lock and state in Redis
         self.interval_ms: int = gw.settings.alert_interval_ms
         self.webhook_url: str = gw.settings.alert_webhook_url
-        self.node_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._commit = self.redis.register_script(_COMMIT)
-        self._release = self.redis.register_script(_RELEASE)
+        self.node_id = f"{node_id()}:{uuid.uuid4().hex[:8]}"
         self._task: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._http: Any = None  # httpx.AsyncClient, made on the first webhook
 
-    def key(self, what: str) -> str:
-        return alert_key(self.gw.store, what)
+    def key(self, what: AlertKey) -> str:
+        return self.store.alerts.key(what)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -113,8 +77,8 @@ class AlertMonitor:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
             try:  # let another node evaluate without waiting out our lease
-                await self._release(keys=[self.key("lease")], args=[self.node_id])
-            except Exception as e:
+                await self.store.alerts.release("lease", self.node_id)
+            except Exception as e:  # noqa: BLE001 - best effort at shutdown
                 log.info("could not release the alert lease: %r", e)
         if self._sender is not None:
             try:  # give pending webhooks a moment, then drop them
@@ -134,11 +98,11 @@ class AlertMonitor:
         tick = max(0.05, self.interval_ms / 4000)
         while True:
             try:
-                if await self.redis.set(self.key("lease"), self.node_id, nx=True, px=self.interval_ms):
+                if await self.store.alerts.take("lease", self.node_id, self.interval_ms):
                     await self._locked(wait_s=0)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the loop must outlive any failure
                 log.warning("backlog alert evaluation failed: %r", e)
             await asyncio.sleep(tick)
 
@@ -151,14 +115,14 @@ class AlertMonitor:
         token = uuid.uuid4().hex
         ttl = max(30_000, 3 * self.interval_ms)
         deadline = time.monotonic() + wait_s
-        while not await self.redis.set(self.key("lock"), token, nx=True, px=ttl):
+        while not await self.store.alerts.take("lock", token, ttl):
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(0.05)
         try:
             await self._evaluate(token)
         finally:
-            await self._release(keys=[self.key("lock")], args=[token])
+            await self.store.alerts.release("lock", token)
         return True
 
     # -- evaluation ----------------------------------------------------------------------------
@@ -166,8 +130,7 @@ class AlertMonitor:
         started = time.monotonic()
         consumers = await backlog.collect(self.gw, with_age=_age_threshold)
         now = now_ms()
-        raw = await self.redis.hgetall(self.key("state"))
-        previous = {_s(k): orjson.loads(v) for k, v in raw.items()}
+        previous = await self.store.alerts.states()
         states: dict[str, dict[str, Any]] = {}
         events: list[dict[str, Any]] = []
         for c in consumers:
@@ -194,17 +157,12 @@ class AlertMonitor:
                 events.append(_event({**old, "since": now}, "resolved", old["reasons"]))
         gauges = {c["consumer"]: {"totalBacklog": c["totalBacklog"], "oldestAgeMs": c["oldestAgeMs"]}
                   for c in consumers}
-        args: list[Any] = [token, now, len(states)]
-        for name, st in states.items():
-            args += (name, orjson.dumps(st))
-        for name, g in gauges.items():
-            args += (name, orjson.dumps(g))
-        keys = [self.key(k) for k in ("lock", "state", "gauges", "evaluated")]
-        if not int(await self._commit(keys=keys, args=args)):
+        if not await self.store.alerts.commit(token, now, states, gauges):
             log.warning("backlog alert evaluation outlived its lock; results dropped")
             return
-        log.debug("backlog alerts evaluated", extra={"consumers": len(consumers), "alerts": len(states),
-                                                     "duration_ms": round(1000 * (time.monotonic() - started))})
+        took_ms = round(1000 * (time.monotonic() - started))
+        log.debug("backlog alerts evaluated",
+                  extra={"consumers": len(consumers), "alerts": len(states), "duration_ms": took_ms})
         for e in events:
             log.warning("backlog alert %s for consumer %s: %s", e["event"], e["consumer"],
                         ",".join(e["reasons"]))
@@ -212,22 +170,16 @@ class AlertMonitor:
 
     # -- views and metrics -----------------------------------------------------------------------
     async def view(self, include_all: bool = False) -> dict[str, Any]:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(self.key("state"))
-            pipe.get(self.key("evaluated"))
-            raw, evaluated = await pipe.execute()
-        states = sorted((orjson.loads(v) for v in raw.values()), key=lambda s: s["consumer"])
+        raw, evaluated = await self.store.alerts.view()
+        states = sorted(raw.values(), key=lambda s: s["consumer"])
         out: dict[str, Any] = {"alerts": [s for s in states if s["state"] == "firing"],
-                               "evaluatedMs": int(evaluated) if evaluated else None}
+                               "evaluatedMs": evaluated}
         if include_all:
             out["all"] = states
         return out
 
     async def collect_metrics(self) -> list[Metric]:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(self.key("gauges"))
-            pipe.hgetall(self.key("state"))
-            gauges_raw, state_raw = await pipe.execute()
+        gauges, states = await self.store.alerts.gauges_and_states()
         size = GaugeMetricFamily("mqgw_consumer_backlog",
                                  "Records not yet committed (broadcast: slowest clientId), "
                                  "as of the last alert evaluation", labels=["consumer"])
@@ -237,13 +189,12 @@ class AlertMonitor:
         firing = GaugeMetricFamily("mqgw_backlog_alert",
                                    "1 while the consumer's backlog alert fires, else 0",
                                    labels=["consumer"])
-        for name, raw in sorted(gauges_raw.items()):
-            g, consumer = orjson.loads(raw), _s(name)
+        for consumer, g in sorted(gauges.items()):
             size.add_metric([consumer], g["totalBacklog"])
             if g["oldestAgeMs"] is not None:
                 age.add_metric([consumer], g["oldestAgeMs"] / 1000)
-        for name, raw in sorted(state_raw.items()):
-            firing.add_metric([_s(name)], 1 if orjson.loads(raw)["state"] == "firing" else 0)
+        for consumer, st in sorted(states.items()):
+            firing.add_metric([consumer], 1 if st["state"] == "firing" else 0)
         return [size, age, firing]
 
     # -- webhook -------------------------------------------------------------------------------
@@ -260,7 +211,7 @@ class AlertMonitor:
             payload = await self._outbox.get()
             try:
                 await self._post(payload)
-            except Exception as e:  # never let one payload stop the sender
+            except Exception as e:  # noqa: BLE001 - never let one payload stop the sender
                 log.error("alert webhook for %s failed: %r", payload.get("consumer"), e)
             finally:
                 self._outbox.task_done()
@@ -308,10 +259,6 @@ def _event(state: dict[str, Any], event: str, reasons: list[str]) -> dict[str, A
     return {"event": event, "consumer": state["consumer"], "reasons": reasons,
             "totalBacklog": state["totalBacklog"], "oldestAgeMs": state["oldestAgeMs"],
             "thresholds": state["thresholds"], "since": state["since"], "gateway": "mq-gateway"}
-
-
-def _s(v: bytes | str) -> str:
-    return v.decode() if isinstance(v, bytes) else v
 
 
 # -- Prometheus scrape hook: one per process, reading through the running monitor ---------------

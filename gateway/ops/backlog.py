@@ -2,25 +2,26 @@
 and how old the oldest of them is.
 
 Everything is read from Redis in a few pipelined round trips whatever the number of consumers
-(configs, queue hashes and clientId sets; then the clientIds' hashes; then one watermark read
-per topic). ``maxOffset`` is the larger of the consumer's stored max and the topic's shared
-watermarks; when those are older than ``metadata_refresh_ms`` the usual lease lets one process
-refresh them from the broker, so the backlog of a topic nobody reads any more keeps growing in
-the view instead of freezing. The age needs one broker read per queue with a backlog: the
-record at the committed offset, whose timestamp says how long it has been waiting.
+(``OffsetStore.read_consumers``: configs, queue hashes and clientId sets; then the clientIds'
+hashes; then one watermark read per topic). ``maxOffset`` is the larger of the consumer's
+stored max and the topic's shared watermarks (``core/views.py``, as ``GET
+/consumers/{c}/queues`` computes it); when those are older than ``metadata_refresh_ms`` the
+usual lease lets one process refresh them from the broker (``Watermarks.shared``), so the
+backlog of a topic nobody reads any more keeps growing in the view instead of freezing. The
+age needs one broker read per queue with a backlog: the record at the committed offset, whose
+timestamp says how long it has been waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 from collections.abc import Callable
-from operator import methodcaller
 from typing import Any
 
-from ..store import QueueState, now_ms, parse_queue_hash
+from ..core.views import queue_row
+from ..core.watermarks import Watermarks
+from ..store import QueueState, now_ms
 
 log = logging.getLogger("mqgw.backlog")
 
@@ -30,9 +31,6 @@ PEEK_TIMEOUT_S = 5.0
 #: All peeks of one view or alert evaluation together: well inside the alert lock's 30 s, so an
 #: evaluation never outlives its lock (and gets dropped) because the broker is slow.
 PEEK_BUDGET_S = 10.0
-#: Commands per pipeline round trip.
-_CHUNK = 500
-_NODE_ID = f"{socket.gethostname()}:{os.getpid()}"
 
 AgeWanted = bool | Callable[[dict[str, str]], bool]
 
@@ -44,39 +42,31 @@ async def collect(gw: Any, consumers: list[str] | None = None,
     ``with_age`` may also be a predicate on the consumer's config hash (the alert monitor only
     asks for ages where an age threshold is set).
     """
-    store, redis = gw.store, gw.redis
     registered, seen = await gw.registry.consumer_names()
     names = sorted(set(consumers) if consumers is not None else registered | seen)
     if not names:
         return []
-
-    # Round trip 1: config, cluster-mode queues and broadcast clientIds of every consumer.
-    first = await _pipelined(redis, [c for g in names for c in (
-        methodcaller("hgetall", store.config_key(g)), methodcaller("hgetall", store.queues_key(g)),
-        methodcaller("zrange", store.clients_key(g), 0, -1, withscores=True))])
-    cfgs = {g: _strs(first[3 * i]) for i, g in enumerate(names)}
-    cluster = {g: parse_queue_hash(_strs(first[3 * i + 1])) for i, g in enumerate(names)}
-    clients = {g: [(_s(m), int(s)) for m, s in first[3 * i + 2]] for i, g in enumerate(names)}
-
-    # Round trip 2: every broadcast clientId's queue hash.
-    pairs = [(g, c) for g in names for c, _ in clients[g]]
-    hashes = await _pipelined(redis, [methodcaller("hgetall", store.queues_key(g, c)) for g, c in pairs])
-    per_client = {pair: parse_queue_hash(_strs(h)) for pair, h in zip(pairs, hashes)}
+    # Two pipelined round trips: configs, cluster-mode queues and clientIds; then the clientIds'
+    # queue hashes.
+    read = await gw.store.read_consumers(names)
 
     # One watermark read per topic, a few at a time.
-    topics = sorted({q.topic for states in [*cluster.values(), *per_client.values()] for q in states})
+    topics = sorted({q.topic for c in read for states in [c.queues, *c.client_queues.values()]
+                     for q in states})
+    wm = Watermarks(gw.store, gw.broker, gw.settings.metadata_refresh_ms)
     sem = asyncio.Semaphore(PEEK_CONCURRENCY)
-    his = dict(zip(topics, await asyncio.gather(*(_high_watermarks(gw, t, sem) for t in topics))))
+    his = dict(zip(topics, await asyncio.gather(*(_high_watermarks(wm, t, sem) for t in topics)),
+                   strict=True))
 
     now = now_ms()
     peeks = _Peeks(gw.broker)
     out = []
-    for g in names:
-        cfg = cfgs[g]
+    for c in read:
+        g, cfg = c.group, c.config
         age = with_age(cfg) if callable(with_age) else with_age
-        rows = [_row(q, None, his, now, peeks if age else None) for q in cluster[g]]
-        client_rows = [(c, ts, [_row(q, c, his, now, peeks if age else None)
-                                for q in per_client[(g, c)]]) for c, ts in clients[g]]
+        rows = [_row(q, None, his, now, peeks if age else None) for q in c.queues]
+        client_rows = [(cid, ts, [_row(q, cid, his, now, peeks if age else None)
+                                  for q in c.client_queues[cid]]) for cid, ts in c.clients]
         out.append((g, cfg, age, rows, client_rows))
     await peeks.run()  # fills every row's oldestAgeMs
 
@@ -113,16 +103,14 @@ def thresholds(cfg: dict[str, str]) -> dict[str, int]:
 
 def _row(q: QueueState, client_id: str | None, his: dict[str, dict[str, int]], now: int,
          peeks: _Peeks | None) -> dict[str, Any]:
-    max_offset = max(q.max_offset, his.get(q.topic, {}).get(q.queue, 0))
-    backlog = max(0, max_offset - q.committed)
+    r = queue_row(q, his.get(q.topic, {}).get(q.queue, 0), now)
     row: dict[str, Any] = {
-        "clientId": client_id, "topic": q.topic, "queue": q.queue,
-        "maxOffset": max_offset, "committedOffset": q.committed, "backlog": backlog,
-        "lockAgeMs": now - q.lock_ms if q.lock_ms else None,
-        "lastAccessMs": q.access_ms or None,
+        "clientId": client_id, "topic": r.topic, "queue": r.queue,
+        "maxOffset": r.max_offset, "committedOffset": r.committed, "backlog": r.backlog,
+        "lockAgeMs": r.lock_age_ms, "lastAccessMs": r.last_access_ms,
         "oldestAgeMs": None,
     }
-    if peeks is not None and backlog > 0:
+    if peeks is not None and r.backlog > 0:
         peeks.add(row)
     return row
 
@@ -178,41 +166,13 @@ class _Peeks:
                 if not (r.out_of_range and r.low_watermark > offset):
                     return None
                 offset = r.low_watermark  # the committed offset fell out of retention
-        except Exception as e:  # an age is a nicety: never fail the view for it
+        except Exception as e:  # noqa: BLE001 - an age is a nicety: never fail the view for it
             log.warning("backlog age of %s/%s@%d unavailable: %r", topic, queue, offset, e)
         return None
 
 
-async def _high_watermarks(gw: Any, topic: str, sem: asyncio.Semaphore) -> dict[str, int]:
+async def _high_watermarks(wm: Watermarks, topic: str, sem: asyncio.Semaphore) -> dict[str, int]:
     """``{queue: hi}`` from the shared watermarks, refreshed from the broker when stale and
     this process wins the refresh lease (as the consume path does)."""
     async with sem:
-        lease, wm, _ts = await gw.store.read_watermarks(topic, gw.settings.metadata_refresh_ms, _NODE_ID)
-        if lease or not wm:
-            try:
-                fresh = await gw.broker.watermarks(topic)
-                await gw.store.write_watermarks(topic, fresh)  # only ever moves them forward
-                for q, (lo, hi) in fresh.items():
-                    wm[q] = (lo, max(hi, wm.get(q, (0, 0))[1]))
-            except Exception as e:  # unknown or unreachable topic: the stored offsets still count
-                log.info("watermarks of %s unavailable for the backlog view: %r", topic, e)
-    return {q: hi for q, (_lo, hi) in wm.items()}
-
-
-async def _pipelined(redis: Any, commands: list[methodcaller]) -> list[Any]:
-    """Run commands in non-transactional pipelines (several slots are fine on Redis Cluster)."""
-    out: list[Any] = []
-    for i in range(0, len(commands), _CHUNK):
-        async with redis.pipeline(transaction=False) as pipe:
-            for command in commands[i:i + _CHUNK]:
-                command(pipe)
-            out.extend(await pipe.execute())
-    return out
-
-
-def _strs(raw: dict[Any, Any]) -> dict[str, str]:
-    return {_s(k): _s(v) for k, v in raw.items()}
-
-
-def _s(v: bytes | str) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+        return {q: hi for q, (_lo, hi) in (await wm.shared(topic)).items()}

@@ -6,8 +6,9 @@ JSON (log shippers need no parsing rules) and carries the ``X-Request-Id`` of th
 was written for, which the client can send (to join with its own logs) or read back from the
 response.
 
-:class:`RequestContext` is a pure ASGI middleware (``BaseHTTPMiddleware`` adds a task and a
-stream per request); it also records the request metrics, since it already times the request.
+The access middleware (``gateway.api.access.RequestContext``) is a pure ASGI middleware
+(``BaseHTTPMiddleware`` adds a task and a stream per request); it also records the request
+metrics, since it already times the request.
 
 With the access log on, every request writes a line, so writing must be cheap. A write to
 stderr per line is a system call that also hands the GIL to the broker client's poll thread;
@@ -23,26 +24,19 @@ import asyncio
 import itertools
 import logging
 import os
-import re
 import sys
 import time
 from contextvars import ContextVar
 from typing import Any
 
 import orjson
-from starlette.routing import Match, Mount
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import metrics
-
-__all__ = ["JsonFormatter", "LoopBatchedHandler", "RequestContext", "configure", "log_config",
-           "new_request_id", "request_id", "route_template"]
+__all__ = ["JsonFormatter", "LoopBatchedHandler", "configure", "log_access", "log_config",
+           "new_request_id", "request_id"]
 
 #: The id of the HTTP request being served by the current task (None outside a request).
 request_id: ContextVar[str | None] = ContextVar("mqgw_request_id", default=None)
 
-_HEADER = b"x-request-id"
-_SANE_ID = re.compile(rb"[A-Za-z0-9._-]{1,128}")
 #: LogRecord attributes that are not ``extra=`` fields (``color_message`` is uvicorn's).
 _RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {
     "message", "asctime", "taskName", "color_message"}
@@ -120,7 +114,7 @@ class LoopBatchedHandler(logging.StreamHandler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             line = self.format(record)
-        except Exception:
+        except Exception:  # noqa: BLE001 - logging's own contract
             self.handleError(record)
             return
         self._add(line)
@@ -156,12 +150,12 @@ class LoopBatchedHandler(logging.StreamHandler):
                 self._pending.clear()
                 try:
                     self.stream.write(text)
-                except Exception:  # a closed or broken stderr must not fail requests
+                except Exception:  # noqa: BLE001 - a closed or broken stderr must not fail requests
                     pass
             if self.stream and hasattr(self.stream, "flush"):
                 try:
                     self.stream.flush()
-                except Exception:
+                except Exception:  # noqa: BLE001 - as above
                     pass
         finally:
             self.release()
@@ -176,7 +170,7 @@ def _direct_handler() -> LoopBatchedHandler | None:
     while lg is not None and lg is not logging.root:
         if lg.handlers or lg.filters or not lg.propagate:
             return None
-        lg = lg.parent  # type: ignore[assignment]
+        lg = lg.parent
     handlers = logging.root.handlers
     if len(handlers) != 1 or logging.root.filters:
         return None
@@ -187,7 +181,7 @@ def _direct_handler() -> LoopBatchedHandler | None:
     return h
 
 
-def _log_access(method: str, path: str, route: str, status: int, ms: float, client: str | None,
+def log_access(method: str, path: str, route: str, status: int, ms: float, client: str | None,
                 rid: str | None) -> None:
     """One access line; the same JSON as ``JsonFormatter`` makes of the equivalent record."""
     h = _direct_handler()
@@ -207,7 +201,7 @@ def _log_access(method: str, path: str, route: str, status: int, ms: float, clie
 def _lean_records() -> None:
     """Skip what our JSON lines never show. The logging docs' "Optimization" section names these
     switches; ``_srcfile = None`` saves a stack walk (findCaller) per record."""
-    logging._srcfile = None  # type: ignore[attr-defined]
+    logging._srcfile = None
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
@@ -252,98 +246,3 @@ def log_config(level: str = "INFO") -> dict[str, Any]:
         "loggers": {name: {"handlers": [], "level": "NOTSET", "propagate": True}
                     for name in _UVICORN_LOGGERS},
     }
-
-
-def _incoming_id(headers: list[tuple[bytes, bytes]]) -> str | None:
-    for name, value in headers:
-        if name == _HEADER:
-            return value.decode("ascii") if _SANE_ID.fullmatch(value) else None
-    return None
-
-
-def route_template(scope: Scope) -> str:
-    """The matched route's path template, from what starlette's router left in the scope.
-
-    Starlette 1.x sets ``scope["route"]`` to the matched route, also on a method mismatch
-    (405), so this is a dict lookup. Nothing set means no route matched (404), unless this
-    starlette predates that: then the app's top-level routes are matched again.
-    """
-    if "route" not in scope and "endpoint" in scope:
-        return _match_again(scope)
-    route = scope.get("route")
-    path = getattr(route, "path", None)
-    if not isinstance(path, str) or isinstance(route, Mount):  # a Mount left there: nothing inside matched
-        return "unmatched"
-    root = scope.get("app_root_path")  # under a Mount, the mount's prefix (route.path is relative)
-    if root is not None:
-        path = scope.get("root_path", "")[len(root):] + path
-    return path or "/"
-
-
-def _match_again(scope: Scope) -> str:
-    partial = "unmatched"
-    for route in getattr(scope.get("app"), "routes", ()):
-        if isinstance(route, Mount):
-            continue
-        match, _ = route.matches(scope)
-        if match is Match.FULL:
-            return str(route.path)
-        if match is Match.PARTIAL and partial == "unmatched":
-            partial = str(route.path)
-    return partial
-
-
-class RequestContext:
-    """Request id in, request id out, metrics and one access-log line per HTTP request.
-
-    The id is the client's ``X-Request-Id`` when it is 1-128 characters of ``[A-Za-z0-9._-]``,
-    else a fresh one (:func:`new_request_id`). It is set in :data:`request_id` for the whole request, so every log
-    line the request causes carries it, and returned as ``x-request-id``.
-
-    Only ``http.response.start`` is looked at, so long polls and streamed bodies pass through
-    untouched. The duration runs until the app returns, i.e. until the body is fully sent.
-    Responses made by starlette's ``ServerErrorMiddleware`` (unhandled exceptions, outside any
-    user middleware) are counted as 500 but do not carry the header.
-    """
-
-    def __init__(self, app: ASGIApp, access_log: bool = True) -> None:
-        self.app = app
-        self.access_log = access_log
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        rid = _incoming_id(scope["headers"]) or new_request_id()
-        token = request_id.set(rid)
-        extra_header = (_HEADER, rid.encode("ascii"))
-        status = 0
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                # A new list: the response may reuse its own header list.
-                message = {**message, "headers": [*message.get("headers", ()), extra_header]}
-            await send(message)
-
-        start = time.perf_counter()
-        ok = False
-        try:
-            await self.app(scope, receive, send_with_id)
-            ok = True
-        finally:
-            elapsed = time.perf_counter() - start
-            if not status:  # no response was started: the server (or error middleware) sends a 500
-                status = 500
-            route = route_template(scope)
-            metrics.observe_request(route, scope["method"], status, elapsed)
-            if self.access_log and access_log.isEnabledFor(logging.INFO):
-                client = scope.get("client")
-                _log_access(scope["method"], scope["path"], route, status, round(elapsed * 1000, 3),
-                            f"{client[0]}:{client[1]}" if client else None, rid)
-            # After an exception the id stays set for starlette's error handler, which logs the
-            # traceback outside this middleware; the server runs each request in its own task,
-            # so it does not leak into the next request.
-            if ok:
-                request_id.reset(token)

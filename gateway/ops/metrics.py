@@ -32,11 +32,9 @@ from prometheus_client import (
 )
 from prometheus_client import values as _values
 from prometheus_client.metrics_core import Metric
-from starlette.requests import Request
-from starlette.responses import Response
 
 __all__ = [
-    "acked", "add_collector_hook", "dependency_error", "fetched", "metrics_route",
+    "CONTENT_TYPE_LATEST", "acked", "add_collector_hook", "dependency_error", "fetched",
     "multiprocess_dir", "observe_request", "produced", "render", "shutdown",
 ]
 
@@ -192,7 +190,7 @@ async def _hook_families() -> list[Metric]:
     results = await asyncio.gather(*(asyncio.wait_for(h(), HOOK_TIMEOUT_S) for h in _hooks),
                                    return_exceptions=True)
     out: list[Metric] = []
-    for hook, res in zip(_hooks, results):
+    for hook, res in zip(_hooks, results, strict=True):
         if isinstance(res, BaseException):
             log.warning("metrics hook %s failed: %r", getattr(hook, "__qualname__", hook), res)
         else:
@@ -205,13 +203,8 @@ async def render() -> bytes:
     body = prometheus_client.generate_latest(_base_registry())
     extra = await _hook_families()
     if extra:
-        body += prometheus_client.generate_latest(_Families(extra))  # type: ignore[arg-type]
+        body += prometheus_client.generate_latest(_Families(extra))
     return body
-
-
-async def metrics_route(request: Request) -> Response:
-    """``GET /metrics`` in the Prometheus text format."""
-    return Response(await render(), headers={"content-type": CONTENT_TYPE_LATEST})
 
 
 def shutdown() -> None:

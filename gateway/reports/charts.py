@@ -6,23 +6,24 @@ import datetime as dt
 import io
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.dates as mdates  # noqa: E402
-from matplotlib import colormaps  # noqa: E402
-from matplotlib.colors import LogNorm  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
+import matplotlib.dates as mdates
+from matplotlib import colormaps
+from matplotlib.colors import ListedColormap, LogNorm
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 DPI = 100
 INK, MUTED, GRID = "#1f2937", "#6b7280", "#e5e7eb"
 GOOD, BAD, PROD = "#16a34a", "#dc2626", "#94a3b8"
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def human(v: float) -> str:
@@ -38,7 +39,9 @@ def human(v: float) -> str:
 _HUMAN = FuncFormatter(lambda v, _pos: human(v))
 
 
-def _times(ms: Sequence[int]) -> list[dt.datetime]:
+def _times(ms: Sequence[int]) -> Any:
+    """Datetimes for an axis (Any: matplotlib plots them through its date converter, which its
+    type stubs do not know)."""
     return [dt.datetime.fromtimestamp(t / 1000, UTC) for t in ms]
 
 
@@ -93,7 +96,7 @@ def total_lag(t_ms: Sequence[int], lag: Sequence[float], behind: Sequence[int]) 
         ax2.spines[side].set_visible(False)
     ax2.spines["right"].set_color("#93c5fd")
     lines = ax.get_lines() + ax2.get_lines()
-    ax.legend(lines, [ln.get_label() for ln in lines], loc="lower left", bbox_to_anchor=(0, 1.0),
+    ax.legend(lines, [str(ln.get_label()) for ln in lines], loc="lower left", bbox_to_anchor=(0, 1.0),
               ncol=2, frameon=False, fontsize=9, borderaxespad=0.2)
     return _png(fig)
 
@@ -102,7 +105,7 @@ def top_lag(series: Mapping[str, tuple[Sequence[int], Sequence[float]]]) -> byte
     """Lag over time, one line per consumer (label -> (t_ms, lag)), in ranking order."""
     fig = _figure(12, 4.6)
     ax = fig.subplots()
-    colors = colormaps["tab10"].colors
+    colors: Sequence[Any] = cast(Sequence[Any], cast(ListedColormap, colormaps["tab10"]).colors)
     for i, (label, (t, lag)) in enumerate(series.items()):
         ax.plot(_times(t), lag, color=colors[i % len(colors)], linewidth=1.8,
                 marker="o" if len(t) < 3 else None, label=f"{i + 1}. {label}")
@@ -127,11 +130,11 @@ def topic_rates(topics: Sequence[Mapping], readers: Mapping[tuple[str, str], Seq
     ys = list(range(n))[::-1]  # the first topic on top
     prods = [t["production_rate"] or 0.0 for t in topics]
     ax.barh(ys, prods, height=0.6, color=PROD, zorder=2)
-    top = max(prods + [0.0])
-    for y, t in zip(ys, topics):
+    top = max([*prods, 0.0])
+    for y, t in zip(ys, topics, strict=True):
         rs = readers.get((t["broker"], t["topic"]), [])
         cs = [r["consumption_rate"] or 0.0 for r in rs]
-        top = max([top] + cs)
+        top = max([top, *cs])
         ax.scatter(cs, [y] * len(cs), s=46, zorder=3, edgecolors="white", linewidths=0.8,
                    c=[GOOD if _keeps_up(r) else BAD for r in rs])
         slow = sorted((r for r in rs if not _keeps_up(r)), key=lambda r: -(r.get("lag") or 0))
@@ -140,7 +143,7 @@ def topic_rates(topics: Sequence[Mapping], readers: Mapping[tuple[str, str], Seq
             # from the dot rightwards: centred, a name near zero ran into the axis
             ax.annotate(_short(name, 28), (r["consumption_rate"] or 0.0, y), xytext=(-4, -13),
                         textcoords="offset points", ha="left", fontsize=7.5, color=BAD)
-    for y, p in zip(ys, prods):
+    for y, p in zip(ys, prods, strict=True):
         ax.text(p + top * 0.01, y + 0.32, f"{human(p)}/s produced", fontsize=8, color=MUTED,
                 va="center")
     ax.set_yticks(ys, labels)

@@ -31,38 +31,23 @@ if __name__ == "__main__" and not __package__:  # run as a file: spark-submit ..
     except ImportError:  # a checkout that is not installed
         sys.path.insert(0, os.path.dirname(os.path.dirname(_HERE)))
 
-import argparse  # noqa: E402
-import datetime as dt  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import re  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import datetime as dt
+import itertools
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway.config import parse_duration
 
 TABLES = ("queues", "consumers", "topics", "stuck", "idle", "top")
 LINE_POINTS = 300  # at most this many points per line in the time charts
 HEAT_COLUMNS = 120  # at most this many time buckets in the heat map
 HEAT_ROWS = 30  # queues in the heat map
 TOPIC_ROWS = 15  # topics in the production/consumption chart
-
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> float:
-    """``10m``, ``1h30m``, ``90s``, ``2d``, ``500ms`` or plain seconds -> seconds (> 0)."""
-    t = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d*)?", t):
-        v = float(t)
-    else:
-        parts = re.findall(r"(\d+(?:\.\d*)?)\s*(ms|s|m|h|d|w)", t)
-        if not parts or re.sub(r"(\d+(?:\.\d*)?)\s*(ms|s|m|h|d|w)", "", t).strip():
-            raise ValueError(f"invalid duration {text!r}: use e.g. 90s, 10m, 1h30m, 2d")
-        v = sum(float(n) * _UNITS[u] for n, u in parts)
-    if v <= 0:
-        raise ValueError(f"duration must be > 0: {text!r}")
-    return v
 
 
 def parse_time(text: str) -> int:
@@ -74,7 +59,7 @@ def parse_time(text: str) -> int:
         raise ValueError(f"invalid time {text!r}: use ISO 8601, e.g. 2024-05-01T12:00:00Z") \
             from None
     if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.timezone.utc)
+        t = t.replace(tzinfo=dt.UTC)
     return round(t.timestamp() * 1000)
 
 
@@ -176,7 +161,7 @@ def _session(args: argparse.Namespace):
     spark = b.getOrCreate()
     sc = spark.sparkContext
     sc.setLogLevel(args.log_level)
-    if sc.master.startswith("local") and not sc.getConf().contains("spark.sql.shuffle.partitions"):
+    if (sc.master or "").startswith("local") and not sc.getConf().contains("spark.sql.shuffle.partitions"):
         # Spark's 200 shuffle partitions cost ~20 ms each per stage on a few local cores and
         # dominate the many small aggregations here (1M rows: 78 s -> 26 s). A cluster keeps
         # the default (adaptive execution coalesces them) or takes --conf.
@@ -227,7 +212,7 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
     lean = rows.select(*M.KEY, "t_ms", "lag").persist()
     total = M.total_lag_series(lean, first_ms, line_ms).toArrow().to_pylist()
     clock("series_total")
-    gaps = [b2["t_ms"] - a["t_ms"] for a, b2 in zip(total, total[1:])]
+    gaps = [b2["t_ms"] - a["t_ms"] for a, b2 in itertools.pairwise(total)]
     interval = statistics.median(gaps) if gaps else 1
     heat_ms = max(math.ceil(span / HEAT_COLUMNS), int(interval), 1)
     top_series = M.consumer_lag_series(lean, dfs["top"], first_ms, line_ms).toArrow().to_pylist() \
@@ -250,7 +235,8 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
         "stuck": tables["stuck"].num_rows, "idle": tables["idle"].num_rows,
         "gone": sum(q.column("gone").to_pylist()),
         "never": sum(1 for s, g in zip(q.column("drain_status").to_pylist(),
-                                       q.column("gone").to_pylist()) if s == "never" and not g),
+                                       q.column("gone").to_pylist(), strict=True)
+                     if s == "never" and not g),
     }
     topics = tables["topics"]
     totals = {
@@ -259,7 +245,7 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
         "consumption_rate": _sum(topics, "consumption_rate"),
     }
     summary = {
-        "generated_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "snapshots": o["snapshots"],
         "window": {
             "since": _iso(o["since_ms"]), "until": _iso(o["until_ms"]),
@@ -309,7 +295,7 @@ def _sum(t, col: str):
 def _iso(ms: int | None) -> str | None:
     if ms is None:
         return None
-    t = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    t = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 

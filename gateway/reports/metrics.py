@@ -85,7 +85,7 @@ _DAY = dt.timedelta(days=1)
 
 
 def _utc(ms: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
 
 def read_samples(spark: SparkSession, path: str, since_ms: int | None = None,

@@ -48,7 +48,7 @@ def duration(s: float | None) -> str:
 def when(ms: int | None) -> str:
     if ms is None:
         return "never"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def trend(v: float | None) -> str:

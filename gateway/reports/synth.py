@@ -51,13 +51,13 @@ COMPRESSION = "zstd"
 def to_ms(t: int | float | dt.datetime) -> int:
     if isinstance(t, dt.datetime):
         if t.tzinfo is None:
-            t = t.replace(tzinfo=dt.timezone.utc)
+            t = t.replace(tzinfo=dt.UTC)
         return round(t.timestamp() * 1000)
     return int(t)
 
 
 def sample_path(out_dir: str | os.PathLike[str], ts_ms: int, tag: str = "synth") -> Path:
-    t = dt.datetime.fromtimestamp(ts_ms / 1000, dt.timezone.utc)
+    t = dt.datetime.fromtimestamp(ts_ms / 1000, dt.UTC)
     return (Path(out_dir) / f"date={t:%Y-%m-%d}" / f"hour={t:%H}"
             / f"snap-{t:%Y%m%dT%H%M%S}{ts_ms % 1000:03d}-{tag}.parquet")
 
@@ -114,7 +114,7 @@ def generate(out_dir: str | os.PathLike[str], *, consumers: int, queues: int, sa
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    start_ms = to_ms(start or dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc))
+    start_ms = to_ms(start or dt.datetime(2024, 5, 1, tzinfo=dt.UTC))
     n = consumers * queues
     ci = np.repeat(np.arange(consumers), queues)  # consumer index of each key
     qi = np.tile(np.arange(queues), consumers)

@@ -1,8 +1,46 @@
 """The offset store: consumer state in Redis, decided by Lua scripts (one call per decision).
 
-Nothing outside this package touches a Redis client.
+Nothing outside this package touches a Redis client. Modules, one job each:
+
+- ``keys.py``: the key layout (every key name, documented once);
+- ``offsets.py``: :class:`OffsetStore`, the consume path (choose, ack, unlock, refund, reset,
+  produce check), watermarks, consumer settings and views; it owns the client;
+- ``registry.py``: registry records (consumer config hashes and name sets, producers, API keys
+  and their grants), as ``store.registry``;
+- ``alerts.py``: the backlog-alert lease, lock and state, as ``store.alerts``;
+- ``views.py``: batched reads of many consumers (``store.read_consumers``);
+- ``scan.py``: the snapshot's SCAN/HSCAN reading, with a client of its own (:class:`Scanner`);
+- ``scripts.py`` and ``lua/``: the scripts, each loaded behind ``lua/prelude.lua``;
+- ``connect.py``: connecting, "unavailable" errors, replies as ``str``.
 """
 
-from .connect import UNAVAILABLE, connect
-from .offsets import *  # noqa: F401,F403
-from .offsets import _s  # noqa: F401
+from .alerts import AlertStore
+from .connect import UNAVAILABLE, connect, text, text_dict
+from .keys import AlertKey, KeyLayout, RegistryKey, glob_escape, queue_field
+from .offsets import (
+    NO_CREDENTIAL,
+    AckOutcome,
+    AckResult,
+    Credential,
+    Lock,
+    NoQueue,
+    OffsetStore,
+    Paused,
+    RateLimited,
+    Refused,
+    UnlockOutcome,
+    UnlockResult,
+    now_ms,
+)
+from .queues import QueueState, parse_queue_hash
+from .registry import RegistryStore
+from .scan import QueueHash, Sample, Scanner, ScanStats, lua_number
+from .views import ConsumerRead
+
+__all__ = [
+    "NO_CREDENTIAL", "UNAVAILABLE", "AckOutcome", "AckResult", "AlertKey", "AlertStore",
+    "ConsumerRead", "Credential", "KeyLayout", "Lock", "NoQueue", "OffsetStore", "Paused",
+    "QueueHash", "QueueState", "RateLimited", "Refused", "RegistryKey", "RegistryStore", "Sample",
+    "ScanStats", "Scanner", "UnlockOutcome", "UnlockResult", "connect", "glob_escape", "lua_number",
+    "now_ms", "parse_queue_hash", "queue_field", "text", "text_dict",
+]

@@ -1,26 +1,13 @@
 """Offset store: every consumer's queue offsets, locks and access times, held in Redis.
 
-Layout (``P`` is the key prefix, ``G`` the group; ``{...}`` is a Redis Cluster hash tag,
-so all of one group's keys live in one slot and its scripts run on one node):
+Key names are in keys.py (the layout table is there), the scripts in lua/ with their shared
+prelude (scripts.py loads them). Choose+lock, ack and unlock are each exactly one Lua script
+call, so no decision is ever made on a value read earlier from Python; the API-key check, the
+registration check and the rate-limit token bucket happen inside those same calls.
 
-=========================  ======  ====================================================
-``P:{G}:q``                hash    cluster-mode queues: ``topic:queue:max|com|lock|tok|acc|addr``
-``P:{G}:q:<clientId>``     hash    the same, one per broadcast clientId (expires when idle)
-``P:{G}:clients``          zset    broadcast clientIds scored by last-seen time (ms)
-``P:{G}:cfg``              hash    the consumer's registration and settings (registry.py)
-``P:{G}:auth``             hash    API keys that may consume as G: key id -> sha256 of the key
-``P:{G}:rl``               hash    rate-limit token bucket: ``tokens``, ``ts``
-``P:{wm:<topic>}``         hash    broker watermarks ``queue:lo|hi``, ``queues``, ``ts``
-``P:{wm:<topic>}:lease``   string  who refreshes the watermarks this interval
-``P:{reg}:consumers``      set     registered consumer names
-``P:{reg}:seen``           set     unregistered consumer names served in open mode
-``P:{reg}:producers``      hash    producer name -> JSON registration (topics)
-``P:{reg}:keys``           hash    API key id -> JSON record (sha256, name, grants)
-=========================  ======  ====================================================
-
-Choose+lock, ack and unlock are each exactly one Lua script call, so no decision is
-ever made on a value read earlier from Python; the API-key check, the registration check
-and the rate-limit token bucket happen inside those same calls.
+:class:`OffsetStore` owns the Redis client; the registry records (:attr:`OffsetStore.registry`),
+the alert state (:attr:`OffsetStore.alerts`) and the batched reads of the views
+(:meth:`OffsetStore.read_consumers`) use the same client through it.
 """
 
 from __future__ import annotations
@@ -28,13 +15,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from enum import Enum
-from importlib import resources
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from redis.asyncio import Redis
 
-_LUA = resources.files("gateway.store") / "lua"
-_FIELDS = ("max", "com", "lock", "tok", "acc", "addr")
+from . import scripts
+from .alerts import AlertStore
+from .connect import connect, fields, text, text_dict
+from .keys import KeyLayout
+from .queues import QueueState, parse_queue_hash
+from .registry import RegistryStore
+from .views import ConsumerRead, read_consumers
 
 
 def now_ms() -> int:
@@ -126,56 +117,46 @@ class UnlockResult(NamedTuple):
     committed: int
 
 
-@dataclass(frozen=True, slots=True)
-class QueueState:
-    topic: str
-    queue: str
-    max_offset: int
-    committed: int
-    lock_ms: int
-    token: int
-    access_ms: int
-    address: str
-
-
 class OffsetStore:
     def __init__(self, redis: Redis, prefix: str = "mqgw") -> None:
-        self.redis = redis
+        self.redis = redis  # for this package (and tests that inspect Redis); nobody else
         self.prefix = prefix
-        load = lambda name: redis.register_script((_LUA / f"{name}.lua").read_text())  # noqa: E731
-        self._choose = load("choose")
-        self._ack = load("ack")
-        self._unlock = load("unlock")
-        self._wm_get = load("watermarks")
-        self._wm_put = load("watermarks_put")
-        self._reset = load("reset")
-        self._produce_check = load("produce_check")
-        self._refund = load("refund")
+        self.layout = KeyLayout(prefix)
+        self._choose = scripts.register(redis, "choose")
+        self._ack = scripts.register(redis, "ack")
+        self._unlock = scripts.register(redis, "unlock")
+        self._wm_get = scripts.register(redis, "watermarks")
+        self._wm_put = scripts.register(redis, "watermarks_put")
+        self._reset = scripts.register(redis, "reset")
+        self._produce_check = scripts.register(redis, "produce_check")
+        self._refund = scripts.register(redis, "refund")
+        self.registry = RegistryStore(redis, self.layout)
+        self.alerts = AlertStore(redis, self.layout)
 
-    # -- key names -------------------------------------------------------------------------
+    @classmethod
+    def connect(cls, url: str, prefix: str = "mqgw") -> OffsetStore:
+        """A store with a client of its own (``redis://`` or ``redis+cluster://``); close it with
+        :meth:`aclose`."""
+        return cls(connect(url), prefix)
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+    # -- key names (keys.py) ------------------------------------------------------------------
     def queues_key(self, group: str, client_id: str = "") -> str:
-        base = f"{self.prefix}:{{{group}}}:q"
-        return f"{base}:{client_id}" if client_id else base
+        return self.layout.queues(group, client_id)
 
     def config_key(self, group: str) -> str:
-        return f"{self.prefix}:{{{group}}}:cfg"
+        return self.layout.config(group)
 
     def clients_key(self, group: str) -> str:
-        return f"{self.prefix}:{{{group}}}:clients"
+        return self.layout.clients(group)
 
     def grants_key(self, group: str) -> str:
-        return f"{self.prefix}:{{{group}}}:auth"
+        return self.layout.grants(group)
 
     def bucket_key(self, group: str) -> str:
-        return f"{self.prefix}:{{{group}}}:rl"
-
-    def registry_key(self, what: str) -> str:
-        """``consumers``, ``seen``, ``producers`` or ``keys``: one slot for the whole registry."""
-        return f"{self.prefix}:{{reg}}:{what}"
-
-    def watermark_keys(self, topic: str) -> tuple[str, str]:
-        base = f"{self.prefix}:{{wm:{topic}}}"
-        return base, f"{base}:lease"
+        return self.layout.bucket(group)
 
     # -- consume path ----------------------------------------------------------------------
     async def choose(
@@ -209,14 +190,14 @@ class OffsetStore:
         r = await self._choose(keys=keys, args=args)
         kind = int(r[0])
         if kind == 1:
-            return Lock(_s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
+            return Lock(text(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
                         bool(int(r[8])))
         if kind == 0:
             return NoQueue(int(r[1]))
         if kind == 2:
             return Paused()
         if kind == 3:
-            return Refused(_s(r[1]))
+            return Refused(text(r[1]))
         return RateLimited(int(r[1]))
 
     async def ack(
@@ -226,25 +207,25 @@ class OffsetStore:
     ) -> AckResult:
         cred = credential or NO_CREDENTIAL
         keys = [self.queues_key(group, client_id), self.config_key(group), self.grants_key(group)]
-        args = [f"{topic}:{queue}:", offset, next_offset, token, now or now_ms(),
-                default_timeout_ms, high_watermark, int(credential is not None), cred.key_id,
-                cred.sha256]
+        args: list[str | int] = [f"{topic}:{queue}:", offset, next_offset, token, now or now_ms(),
+                                 default_timeout_ms, high_watermark, int(credential is not None),
+                                 cred.key_id, cred.sha256]
         r = await self._ack(keys=keys, args=args)
-        return AckResult(AckOutcome(_s(r[0])), int(r[1]), _s(r[2]))
+        return AckResult(AckOutcome(text(r[0])), int(r[1]), text(r[2]))
 
     async def unlock(
         self, group: str, client_id: str, topic: str, queue: str, token: int,
         high_watermark: int = -1, credential: Credential | None = None,
-    ) -> tuple[str, int]:
+    ) -> UnlockResult:
         cred = credential or NO_CREDENTIAL
         r = await self._unlock(keys=[self.queues_key(group, client_id), self.grants_key(group)],
                                args=[f"{topic}:{queue}:", token, high_watermark,
                                      int(credential is not None), cred.key_id, cred.sha256])
-        return UnlockResult(UnlockOutcome(_s(r[0])), int(r[1]))
+        return UnlockResult(UnlockOutcome(text(r[0])), int(r[1]))
 
     async def mark_seen(self, group: str) -> None:
         """List an unregistered consumer served in open mode (for the all-consumer views)."""
-        await self.redis.sadd(self.registry_key("seen"), group)
+        await self.registry.mark_seen(group)
 
     async def ping(self) -> bool:
         return bool(await self.redis.ping())
@@ -255,92 +236,73 @@ class OffsetStore:
         return int(await self._refund(keys=[self.bucket_key(group), self.config_key(group)],
                                       args=[tokens]))
 
-    async def reset(self, group: str, client_id: str, topic: str,
-                    targets: dict[str, int]) -> list[tuple[str, int, int]]:
-        """Set committed offsets (queue -> offset); returns (queue, from, to) per queue."""
+    async def reset(self, group: str, client_id: str, topic: str, targets: dict[str, int],
+                    client_idle_ms: int = 0) -> list[tuple[str, int, int]]:
+        """Set committed offsets (queue -> offset); returns (queue, from, to) per queue. A
+        clientId's hash that has no expiry (the reset created it) gets ``client_idle_ms``, as
+        choose.lua gives every polled one (0: none), in the same script call."""
         if not targets:
             return []
-        args: list[Any] = [topic]
+        args: list[Any] = [topic, client_idle_ms if client_id else 0]
         for q, off in targets.items():
             args += (q, off)
         r = await self._reset(keys=[self.queues_key(group, client_id)], args=args)
-        return [(_s(r[i]), int(r[i + 1]), int(r[i + 2])) for i in range(0, len(r), 3)]
+        return [(text(r[i]), int(r[i + 1]), int(r[i + 2])) for i in range(0, len(r), 3)]
 
     async def produce_check(self, credential: Credential | None, open_mode: bool, producer: str,
                             topic: str) -> tuple[str, str]:
         """May this caller produce to ``topic``? Returns (verdict, producer): see produce_check.lua."""
         cred = credential or NO_CREDENTIAL
         r = await self._produce_check(
-            keys=[self.registry_key("keys"), self.registry_key("producers")],
+            keys=[self.layout.registry("keys"), self.layout.registry("producers")],
             args=[int(credential is not None), cred.key_id, cred.sha256, int(open_mode), producer, topic])
-        return _s(r[0]), _s(r[1])
+        return text(r[0]), text(r[1])
 
     # -- broker watermarks shared by all nodes ----------------------------------------------
     async def read_watermarks(
         self, topic: str, refresh_ms: int, node_id: str
     ) -> tuple[bool, dict[str, tuple[int, int]], int]:
         """Return (this node got the refresh lease, watermarks, their age-stamp ms)."""
-        data_key, lease_key = self.watermark_keys(topic)
-        lease, flat = await self._wm_get(keys=[data_key, lease_key], args=[now_ms(), refresh_ms, node_id])
-        fields = {_s(flat[i]): _s(flat[i + 1]) for i in range(0, len(flat), 2)}
-        return bool(int(lease)), _parse_watermarks(fields), int(fields.get("ts", 0))
+        keys = [self.layout.watermarks(topic), self.layout.watermark_lease(topic)]
+        lease, flat = await self._wm_get(keys=keys, args=[now_ms(), refresh_ms, node_id])
+        data = {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
+        return bool(int(lease)), _parse_watermarks(data), int(data.get("ts", 0))
 
     async def shared_watermarks(self, topic: str) -> dict[str, tuple[int, int]]:
         """The last watermarks any node listed for ``topic`` (no lease, for views)."""
-        raw = await self.redis.hgetall(self.watermark_keys(topic)[0])
-        return _parse_watermarks({_s(k): _s(v) for k, v in raw.items()})
+        raw = await self.redis.hgetall(self.layout.watermarks(topic))
+        return _parse_watermarks(text_dict(raw))
 
     async def write_watermarks(self, topic: str, wm: dict[str, tuple[int, int]]) -> None:
         args: list[Any] = [now_ms(), ",".join(wm)]
         for q, (lo, hi) in wm.items():
             args += (q, lo, hi)
-        await self._wm_put(keys=[self.watermark_keys(topic)[0]], args=args)
+        await self._wm_put(keys=[self.layout.watermarks(topic)], args=args)
 
     # -- consumer settings and views ------------------------------------------------------------
     async def get_config(self, group: str) -> dict[str, str]:
-        raw = await self.redis.hgetall(self.config_key(group))
-        return {_s(k): _s(v) for k, v in raw.items()}
+        return await self.registry.config(group)
 
     async def set_config(self, group: str, values: dict[str, str | int]) -> None:
         if values:
-            await self.redis.hset(self.config_key(group), mapping=values)
+            await self.redis.hset(self.config_key(group), mapping=fields(values))
 
     async def queue_states(self, group: str, client_id: str = "") -> list[QueueState]:
         raw = await self.redis.hgetall(self.queues_key(group, client_id))
-        return parse_queue_hash({_s(k): _s(v) for k, v in raw.items()})
+        return parse_queue_hash(text_dict(raw))
 
     async def clients(self, group: str) -> list[tuple[str, int]]:
-        raw = await self.redis.zrange(self.clients_key(group), 0, -1, withscores=True)
-        return [(_s(m), int(s)) for m, s in raw]
+        """Broadcast clientIds and when each was last seen (ms)."""
+        raw = cast("list[tuple[bytes | str, float]]",
+                   await self.redis.zrange(self.clients_key(group), 0, -1, withscores=True))
+        return [(text(m), int(s)) for m, s in raw]
+
+    async def read_consumers(self, groups: list[str]) -> list[ConsumerRead]:
+        """Many consumers' config, queues and clientIds in two pipelined round trips (views.py)."""
+        return await read_consumers(self.redis, self.layout, groups)
 
 
-def parse_queue_hash(fields: dict[str, str]) -> list[QueueState]:
-    """Group ``topic:queue:attr`` fields into one :class:`QueueState` per queue."""
-    grouped: dict[tuple[str, str], dict[str, str]] = {}
-    for name, value in fields.items():
-        head, _, attr = name.rpartition(":")
-        topic, _, queue = head.rpartition(":")
-        if attr in _FIELDS and topic:
-            grouped.setdefault((topic, queue), {})[attr] = value
-    out = []
-    for (topic, queue), f in sorted(grouped.items(), key=lambda kv: (kv[0][0], _qsort(kv[0][1]))):
-        out.append(QueueState(topic, queue, int(f.get("max", 0)), int(f.get("com", 0)),
-                              int(f.get("lock", 0)), int(f.get("tok", 0)), int(f.get("acc", 0)),
-                              f.get("addr", "")))
-    return out
-
-
-def _parse_watermarks(fields: dict[str, str]) -> dict[str, tuple[int, int]]:
+def _parse_watermarks(data: dict[str, str]) -> dict[str, tuple[int, int]]:
     """``{queue: (lo, hi)}`` from a watermark hash (``queues``, ``<q>:lo``, ``<q>:hi``)."""
-    return {q: (int(fields.get(f"{q}:lo", 0)), int(fields.get(f"{q}:hi", 0)))
-            for q in filter(None, fields.get("queues", "").split(","))}
-
-
-def _qsort(q: str) -> tuple[int, str]:
-    return (int(q), "") if q.isdigit() else (1 << 62, q)
-
-
-def _s(v: bytes | str) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
+    return {q: (int(data.get(f"{q}:lo", 0)), int(data.get(f"{q}:hi", 0)))
+            for q in filter(None, data.get("queues", "").split(","))}

@@ -10,15 +10,24 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from ..base import (Broker, BrokerUnavailable, Capability, FetchResult, OutgoingMessage,
-                    ProduceResult, Skipped, SkipReason, UnknownTopic)
+from ..base import (
+    Broker,
+    BrokerUnavailable,
+    Capability,
+    FetchResult,
+    OutgoingMessage,
+    ProduceResult,
+    Skipped,
+    SkipReason,
+    UnknownTopic,
+)
 from .fetch import UNKNOWN_CODES, FetchPool, RawRead
 
 _UNKNOWN = UNKNOWN_CODES
@@ -39,7 +48,8 @@ class KafkaBroker(Broker):
                  gap_recheck_ms: int = 30, name: str = "kafka") -> None:
         self.name = name
         self._gap_recheck_s = gap_recheck_ms / 1000
-        self._common = {"bootstrap.servers": bootstrap, **(extra or {})}
+        self._common: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap,
+                                                              **(extra or {})}
         self._pool_size = pool_size
         self._max_batch = max_batch
         self._produce_timeout_ms = produce_timeout_ms
@@ -63,7 +73,7 @@ class KafkaBroker(Broker):
         # Requests of a few messages are latency-bound: the bulk linger would be most of their time.
         # Bulk requests keep the longer linger, which the broker needs to get large batches.
         self._small_producer = Producer({**producer_conf, "linger.ms": 0.5})
-        self._admin = AdminClient(self._common)
+        self._admin = AdminClient(dict(self._common))
         self._meta = Consumer(self._consumer_conf())
         self._pool = FetchPool(lambda: Consumer(self._consumer_conf()), self._pool_size, self._run)
         self._running = True
@@ -150,8 +160,9 @@ class KafkaBroker(Broker):
         parts = await self._partitions(topic, fresh=True)
         tps = [TopicPartition(topic, p) for p in parts]
         try:
-            lo_f = self._admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}, request_timeout=5)
-            hi_f = self._admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=5)
+            earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            lo_f = self._admin.list_offsets({tp: earliest for tp in tps}, request_timeout=5)
+            hi_f = self._admin.list_offsets({tp: latest for tp in tps}, request_timeout=5)
             out: dict[str, tuple[int, int]] = {}
             for tp in tps:
                 lo = (await asyncio.wrap_future(lo_f[tp])).offset
@@ -171,7 +182,8 @@ class KafkaBroker(Broker):
                 return found.offset
             return self._meta.get_watermark_offsets(TopicPartition(topic, int(queue)), timeout=5)[1]
         try:
-            return await self._run(look)
+            offset: int = await self._run(look)
+            return offset
         except KafkaException as e:  # a timeout or a broker error: 503 for the reset, not 500
             if e.args and e.args[0].code() in _UNKNOWN:
                 raise UnknownTopic(topic) from None
@@ -181,7 +193,7 @@ class KafkaBroker(Broker):
         try:
             await self._run(lambda: self._meta.list_topics(timeout=2))
             return True
-        except Exception:
+        except Exception:  # noqa: BLE001 - any failure means unreachable
             return False
 
     # -- fetch ----------------------------------------------------------------------------

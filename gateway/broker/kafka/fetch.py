@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -48,15 +49,19 @@ class RawRead:
     end_offset: int = -1
 
 
+#: A read interrupted by WouldBlock: (reading from the consumer's position, records so far, deadline).
+ReadState = tuple[bool, list[Record], float]
+
+
 class WouldBlock(Exception):
     """A non-blocking read has to wait for the broker: finish it in the thread pool."""
 
-    def __init__(self, state: tuple | None) -> None:
+    def __init__(self, state: ReadState | None) -> None:
         self.state = state
 
 
 class PooledConsumer:
-    __slots__ = ("consumer", "topic", "partition", "position", "at_eof", "used")
+    __slots__ = ("at_eof", "consumer", "partition", "position", "topic", "used")
 
     def __init__(self, consumer: Consumer) -> None:
         self.consumer = consumer
@@ -92,9 +97,11 @@ class FetchPool:
                 try:
                     return read(pc, topic, partition, offset, max_records, blocking=False)
                 except WouldBlock as wb:
-                    return await self._run(read, pc, topic, partition, offset, max_records, True,
-                                           wb.state)
-            return await self._run(read, pc, topic, partition, offset, max_records)
+                    done: RawRead = await self._run(read, pc, topic, partition, offset,
+                                                    max_records, True, wb.state)
+                    return done
+            res: RawRead = await self._run(read, pc, topic, partition, offset, max_records)
+            return res
         finally:
             async with self._cond:
                 pc.used = time.monotonic()
@@ -113,7 +120,7 @@ class FetchPool:
 
 
 def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_records: int,
-         blocking: bool = True, state: tuple | None = None) -> RawRead:
+         blocking: bool = True, state: ReadState | None = None) -> RawRead:
     """Return up to ``max_records`` readable from ``offset`` now. Blocking (in a thread) by
     default; with ``blocking`` False it raises WouldBlock, carrying what it read so far as the
     ``state`` to continue from, instead of waiting."""
@@ -155,7 +162,7 @@ def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_record
             if err is not None:
                 eof = err.code() == KafkaError._PARTITION_EOF
                 error = None if eof else err
-                eof_offset = m.offset() if eof else -1
+                eof_offset = _offset(m) if eof else -1
             elif records and m.offset() != records[-1].offset + 1:
                 gap = True  # a hole inside the batch: stop before it so the caller re-checks it
             else:
@@ -196,14 +203,20 @@ def _skip_to(pc: PooledConsumer, offset: int) -> tuple[bool, list[Record]]:
         for i, m in enumerate(msgs):
             if m.error() is not None:
                 return False, []
-            if m.offset() >= offset:
+            if _offset(m) >= offset:
                 kept = [_record(x) for x in msgs[i:] if x.error() is None]
                 if len(kept) != len(msgs) - i or any(
-                        b.offset != a.offset + 1 for a, b in zip(kept, kept[1:])):
+                        b.offset != a.offset + 1 for a, b in pairwise(kept)):
                     return False, []
                 return True, kept
-            pos = m.offset() + 1
+            pos = _offset(m) + 1
     return True, []
+
+
+def _offset(m: Any) -> int:
+    """A message's offset (the stubs say it may be None: never for a consumed message)."""
+    o = m.offset()
+    return -1 if o is None else int(o)
 
 
 def _record(m: Any) -> Record:

@@ -11,13 +11,7 @@
 -- ('offset_reset': an operator reset the queue after this batch was fetched; rtok is the lock
 -- token a reset left behind, so every batch fetched before it has a token <= rtok).
 local key, p = KEYS[1], ARGV[1]
-if ARGV[8] == '1' then  -- constant-time comparison of the key's digest
-  local want, got = redis.call('HGET', KEYS[3], ARGV[9]), ARGV[10]
-  if not want or #want ~= #got then return {'unauthorized', -1, ''} end
-  local diff = 0
-  for i = 1, #want do diff = bit.bor(diff, bit.bxor(string.byte(want, i), string.byte(got, i))) end
-  if diff ~= 0 then return {'unauthorized', -1, ''} end
-end
+if ARGV[8] == '1' and not granted(KEYS[3], ARGV[9], ARGV[10]) then return {'unauthorized', -1, ''} end
 local v = redis.call('HMGET', key, p .. 'com', p .. 'tok', p .. 'lock', p .. 'max', p .. 'rtok')
 local com = tonumber(v[1])
 if com == nil then return {'unknown', -1, ''} end

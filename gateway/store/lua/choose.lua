@@ -24,13 +24,7 @@
 local key, cfgkey, clients, grants, bucket = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local topic, now, client = ARGV[1], tonumber(ARGV[2]), ARGV[6]
 
-if ARGV[11] == '1' then  -- constant-time comparison of the key's digest
-  local want, got = redis.call('HGET', grants, ARGV[12]), ARGV[13]
-  if not want or #want ~= #got then return {3, 'unauthorized'} end
-  local diff = 0
-  for i = 1, #want do diff = bit.bor(diff, bit.bxor(string.byte(want, i), string.byte(got, i))) end
-  if diff ~= 0 then return {3, 'unauthorized'} end
-end
+if ARGV[11] == '1' and not granted(grants, ARGV[12], ARGV[13]) then return {3, 'unauthorized'} end
 
 local cfg = redis.call('HMGET', cfgkey, 'consume_timeout_ms', 'start', 'paused', 'registered',
                        'topics', 'mode', 'max_batch', 'rate', 'burst')
@@ -60,22 +54,11 @@ local start = cfg[2] or ARGV[4]
 local allowance = tonumber(ARGV[9])
 if tonumber(cfg[7]) and tonumber(cfg[7]) < allowance then allowance = tonumber(cfg[7]) end
 
--- Token bucket shared by every node: refilled at `rate` messages/s up to `burst`. It runs on
--- Redis' clock, not the callers': node clocks differ, and a call that waited in a queue carries
--- an old `now`; either would refill the same interval twice. Its time never goes backwards.
-local rate, tokens, bucket_ts = tonumber(cfg[8]), nil, nil
+-- The token bucket shared by every node (the prelude's refill, on Redis' clock).
+local rate, burst, tokens, bucket_ts = tonumber(cfg[8]), nil, nil, nil
 if rate and rate > 0 then
-  local burst = tonumber(cfg[9]) or math.max(math.floor(rate), 1)
-  local clock = redis.call('TIME')
-  local b = redis.call('HMGET', bucket, 'tokens', 'ts')
-  bucket_ts = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  tokens = tonumber(b[1]) or burst
-  local last = tonumber(b[2]) or bucket_ts
-  if bucket_ts > last then
-    tokens = math.min(burst, tokens + (bucket_ts - last) * rate / 1000)
-  else
-    bucket_ts = last
-  end
+  burst = bucket_burst(rate, cfg[9])
+  tokens, bucket_ts = refill(bucket, rate, burst)
   if tokens < 1 then
     redis.call('HSET', bucket, 'tokens', tokens, 'ts', bucket_ts)
     redis.call('PEXPIRE', bucket, math.ceil(burst * 1000 / rate) + 1000)
@@ -133,21 +116,12 @@ if best == nil then return {0, wake} end
 local charged = 0
 if tokens then  -- charge what this batch can at most return; a short read is refunded (refund.lua)
   if best_backlog < allowance then allowance = best_backlog end
-  local burst = tonumber(cfg[9]) or math.max(math.floor(rate), 1)
   redis.call('HSET', bucket, 'tokens', tokens - allowance, 'ts', bucket_ts)
   redis.call('PEXPIRE', bucket, math.ceil(burst * 1000 / rate) + 1000)
   charged = 1
 end
 local p = topic .. ':' .. best .. ':'
--- A queue's first token is the clock (ms) x 1000, not 1: when a hash is deleted (unregister with
--- deleteOffsets, an expired clientId) and made again, its tokens never repeat earlier ones, so a
--- requestId from before can never pass for the new holder's. Redis' clock, as in reset.lua: node
--- clocks may differ, one clock for every seed. Written as a string: a Lua number this large would
--- be formatted as 1.79e+15.
-if redis.call('HEXISTS', key, p .. 'tok') == 0 then
-  local t = redis.call('TIME')
-  redis.call('HSET', key, p .. 'tok', t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)) .. '000')
-end
+seed_token(key, p .. 'tok')  -- the first token of a queue comes from the clock (prelude)
 local tok = redis.call('HINCRBY', key, p .. 'tok', 1)
 redis.call('HSET', key, p .. 'lock', now, p .. 'acc', now, p .. 'addr', ARGV[5])
 return {1, best, best_com, tok, best_max, best_lock, timeout, allowance, charged}

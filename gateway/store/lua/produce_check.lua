@@ -15,11 +15,7 @@ if ARGV[1] == '1' then
   local raw = redis.call('HGET', KEYS[1], ARGV[2])
   if not raw then return {'unauthenticated', producer} end
   local rec = cjson.decode(raw)
-  local want, got = rec.sha256, ARGV[3]
-  if #want ~= #got then return {'unauthenticated', producer} end
-  local diff = 0  -- constant time
-  for i = 1, #want do diff = bit.bor(diff, bit.bxor(string.byte(want, i), string.byte(got, i))) end
-  if diff ~= 0 then return {'unauthenticated', producer} end
+  if not same_digest(rec.sha256, ARGV[3]) then return {'unauthenticated', producer} end
   local mine = rec.producers or {}
   if producer == '' then
     if #mine ~= 1 then return {#mine == 0 and 'forbidden' or 'producer_required', producer} end

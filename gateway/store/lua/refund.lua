@@ -8,7 +8,7 @@
 local cfg = redis.call('HMGET', KEYS[2], 'rate', 'burst')
 local rate = tonumber(cfg[1])
 if not rate or rate <= 0 then return -1 end
-local burst = tonumber(cfg[2]) or math.max(math.floor(rate), 1)
+local burst = bucket_burst(rate, cfg[2])
 local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens'))
 if tokens == nil then return -1 end  -- the bucket expired: it is full again anyway
 tokens = math.min(burst, tokens + tonumber(ARGV[1]))

@@ -2,17 +2,17 @@
 -- Each reset queue's lock is dropped and its token bumped, and the new token is remembered as
 -- rtok: acks of batches fetched before the reset (tokens <= rtok) answer 'offset_reset' and
 -- change nothing, so an in-flight batch can never commit over the new position.
--- KEYS[1] consumer hash  ARGV[1] topic  ARGV[2..] pairs: queue id, new committed offset
+-- A broadcast clientId's hash expires when idle (choose.lua); one this reset creates gets the same
+-- idle ttl, or it would live for ever.
+-- KEYS[1] consumer hash  ARGV[1] topic  ARGV[2] idle ttl (ms) for a hash without one, 0 for none
+-- ARGV[3..] pairs: queue id, new committed offset
 -- Returns a flat list: queue, previous committed offset (-1 if the queue was unknown), new offset
 local key, topic = KEYS[1], ARGV[1]
 local out = {}
-for i = 2, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   local p = topic .. ':' .. ARGV[i] .. ':'
   local old = tonumber(redis.call('HGET', key, p .. 'com')) or -1
-  if redis.call('HEXISTS', key, p .. 'tok') == 0 then  -- as in choose.lua: tokens never repeat
-    local t = redis.call('TIME')
-    redis.call('HSET', key, p .. 'tok', t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)) .. '000')
-  end
+  seed_token(key, p .. 'tok')  -- as in choose.lua: tokens never repeat
   local tok = redis.call('HINCRBY', key, p .. 'tok', 1)
   local new = tonumber(ARGV[i + 1])
   -- tok as a string: large tokens would be written as 1.79e+15 from a Lua number
@@ -23,4 +23,6 @@ for i = 2, #ARGV, 2 do
   out[#out + 1] = old
   out[#out + 1] = new
 end
+local ttl = tonumber(ARGV[2])
+if ttl > 0 and redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, ttl) end
 return out

@@ -4,13 +4,7 @@
 -- ARGV[4] auth '1'|'0'  ARGV[5] key id  ARGV[6] key sha256 (hex)
 -- Returns {result, committed offset}: unlocked | not_locked | lock_lost | unknown | unauthorized
 local key, p = KEYS[1], ARGV[1]
-if ARGV[4] == '1' then  -- constant-time comparison of the key's digest
-  local want, got = redis.call('HGET', KEYS[2], ARGV[5]), ARGV[6]
-  if not want or #want ~= #got then return {'unauthorized', -1} end
-  local diff = 0
-  for i = 1, #want do diff = bit.bor(diff, bit.bxor(string.byte(want, i), string.byte(got, i))) end
-  if diff ~= 0 then return {'unauthorized', -1} end
-end
+if ARGV[4] == '1' and not granted(KEYS[2], ARGV[5], ARGV[6]) then return {'unauthorized', -1} end
 local v = redis.call('HMGET', key, p .. 'com', p .. 'tok', p .. 'lock', p .. 'max')
 local com = tonumber(v[1])
 if com == nil then return {'unknown', -1} end

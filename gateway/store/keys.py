@@ -1,0 +1,117 @@
+"""The Redis key layout: every key name the gateway uses, written here once.
+
+``P`` is the key prefix (``key_prefix``, so several gateways can share one Redis), ``G`` a
+consumer (group) name. ``{...}`` is a Redis Cluster hash tag: all of one consumer's keys live in
+one slot, so its scripts run on one node; the registry, each topic's watermarks and the alert
+state each have a slot of their own.
+
+==========================  ======  =====================================================
+``P:{G}:q``                 hash    cluster-mode queues: ``topic:queue:max|com|lock|tok|acc|addr``
+                                    (and ``rtok``, the last reset's token), plus ``poll``
+``P:{G}:q:<clientId>``      hash    the same, one per broadcast clientId (expires when idle)
+``P:{G}:clients``           zset    broadcast clientIds scored by last-seen time (ms)
+``P:{G}:cfg``               hash    the consumer's registration and settings (core/registry.py)
+``P:{G}:auth``              hash    API keys that may consume as G: key id -> sha256 of the key
+``P:{G}:rl``                hash    rate-limit token bucket: ``tokens``, ``ts``
+``P:{wm:<topic>}``          hash    broker watermarks ``queue:lo|hi``, ``queues``, ``ts``
+``P:{wm:<topic>}:lease``    string  who refreshes the watermarks this interval
+``P:{reg}:consumers``       set     registered consumer names
+``P:{reg}:seen``            set     unregistered consumer names served in open mode
+``P:{reg}:producers``       hash    producer name -> JSON registration (topics)
+``P:{reg}:keys``            hash    API key id -> JSON record (sha256, name, grants)
+``P:{alerts}:state``        hash    consumer -> JSON alert state (consumers with thresholds)
+``P:{alerts}:gauges``       hash    consumer -> JSON ``{totalBacklog, oldestAgeMs}`` (all)
+``P:{alerts}:evaluated``    string  time of the last alert evaluation (ms)
+``P:{alerts}:lease``        string  node that evaluates alerts this interval (``SET NX PX``)
+``P:{alerts}:lock``         string  token of the running alert evaluation
+==========================  ======  =====================================================
+
+Field names are ``topic:queue:attr`` and the scripts take skip lists as ``,q1,q2,``, so a
+queue id must contain neither ``:`` nor ``,`` (the broker port enforces this:
+``gateway.broker.base.QUEUE_ID``); a consumer name or clientId never contains ``:``, ``{`` or
+``}`` (``core/names.py``), which is what lets :meth:`KeyLayout.parse_queue_key` tell the key
+kinds apart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: The attributes of one queue in a consumer's queue hash (``topic:queue:<attr>``).
+QUEUE_FIELDS = ("max", "com", "lock", "tok", "acc", "addr")
+#: Registry keys (``P:{reg}:<what>``) and alert keys (``P:{alerts}:<what>``).
+RegistryKey = Literal["consumers", "seen", "producers", "keys"]
+AlertKey = Literal["state", "gauges", "evaluated", "lease", "lock"]
+
+
+def glob_escape(s: str) -> str:
+    """Escape glob metacharacters for SCAN MATCH (the braces of a hash tag are fine; ``[`` ``*``
+    ``?`` are not)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in s)
+
+
+def queue_field(topic: str, queue: str, attr: str) -> str:
+    """A queue's field in a consumer's queue hash."""
+    return f"{topic}:{queue}:{attr}"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLayout:
+    """The key names under one prefix."""
+
+    prefix: str = "mqgw"
+    _queue_key: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_queue_key", re.compile(
+            re.escape(self.prefix) + r":\{([^{}:]+)\}:q(?::([^:{}]+))?"))
+
+    # -- one consumer (hash tag {G}) --------------------------------------------------------
+    def queues(self, group: str, client_id: str = "") -> str:
+        base = f"{self.prefix}:{{{group}}}:q"
+        return f"{base}:{client_id}" if client_id else base
+
+    def config(self, group: str) -> str:
+        return f"{self.prefix}:{{{group}}}:cfg"
+
+    def clients(self, group: str) -> str:
+        return f"{self.prefix}:{{{group}}}:clients"
+
+    def grants(self, group: str) -> str:
+        return f"{self.prefix}:{{{group}}}:auth"
+
+    def bucket(self, group: str) -> str:
+        return f"{self.prefix}:{{{group}}}:rl"
+
+    # -- shared -------------------------------------------------------------------------------
+    def watermarks(self, topic: str) -> str:
+        return f"{self.prefix}:{{wm:{topic}}}"
+
+    def watermark_lease(self, topic: str) -> str:
+        return f"{self.watermarks(topic)}:lease"
+
+    def registry(self, what: RegistryKey) -> str:
+        """``consumers``, ``seen``, ``producers`` or ``keys``: one slot for the whole registry."""
+        return f"{self.prefix}:{{reg}}:{what}"
+
+    def alert(self, what: AlertKey) -> str:
+        """``state``, ``gauges``, ``evaluated``, ``lease`` or ``lock``: all alert keys share one
+        slot, so the alert scripts work on Redis Cluster."""
+        return f"{self.prefix}:{{alerts}}:{what}"
+
+    # -- SCAN ---------------------------------------------------------------------------------
+    def queue_key_pattern(self) -> str:
+        """SCAN MATCH pattern of every consumer queue hash (it also matches a few other keys, such
+        as ``P:{G}:quota``: :meth:`parse_queue_key` tells them apart)."""
+        return glob_escape(self.prefix) + ":{*}:q*"
+
+    def client_queues_pattern(self, group: str) -> str:
+        """SCAN MATCH pattern of one consumer's broadcast clientId queue hashes."""
+        return glob_escape(self.queues(group)) + ":*"
+
+    def parse_queue_key(self, key: str) -> tuple[str, str] | None:
+        """``(group, clientId)`` of a queue hash key (clientId ``""`` in cluster mode), else None."""
+        m = self._queue_key.fullmatch(key)
+        return (m.group(1), m.group(2) or "") if m else None

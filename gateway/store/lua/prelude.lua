@@ -1,0 +1,63 @@
+-- Prelude: code shared by the gateway's scripts, written once. gateway/store/scripts.py prepends
+-- it to every script in this directory when registering it (redis-py register_script, so each
+-- call is one EVALSHA of prelude + script).
+--
+-- Why a prelude and not a Redis 7 Function library (FUNCTION LOAD): plain scripts work on Redis 6
+-- as well, and on Redis Cluster without a FUNCTION LOAD on every shard (a library lives per node,
+-- so a node added or promoted would have none until someone loaded it there). A script needs no
+-- such step: redis-py answers a NOSCRIPT (an empty script cache after a failover or restart) by
+-- loading the script and calling it again.
+--
+-- Only `local function`s below: nothing runs, and no globals (Redis refuses them). Line numbers in
+-- a script's error messages count these lines too.
+
+-- Constant-time comparison of two digests (hex strings), so that the time taken does not tell how
+-- many leading characters of a guess were right. `want` may be false/nil (nothing stored).
+local function same_digest(want, got)
+  if not want or #want ~= #got then return false end
+  local diff = 0
+  for i = 1, #want do diff = bit.bor(diff, bit.bxor(string.byte(want, i), string.byte(got, i))) end
+  return diff == 0
+end
+
+-- The API key (id, sha256 of the whole key) may consume as the consumer whose grants hash this is.
+local function granted(grants, key_id, sha)
+  return same_digest(redis.call('HGET', grants, key_id), sha)
+end
+
+-- Redis' clock in ms. Node clocks differ, and a call that waited in a queue carries an old `now`:
+-- whatever must agree across nodes (rate-limit buckets, token seeds) runs on this one clock.
+local function clock_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- A queue's first lock token is the clock (ms) x 1000, not 1: when a hash is deleted (unregister
+-- with deleteOffsets, an expired clientId) and made again, its tokens never repeat earlier ones,
+-- so a requestId from before can never pass for the new holder's. Written as a string: a Lua
+-- number this large would be formatted as 1.79e+15.
+local function seed_token(key, field)
+  if redis.call('HEXISTS', key, field) == 0 then
+    local t = redis.call('TIME')
+    redis.call('HSET', key, field, t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)) .. '000')
+  end
+end
+
+-- A rate-limit bucket's size: the consumer's `burst`, else its rate (at least 1).
+local function bucket_burst(rate, burst)
+  return tonumber(burst) or math.max(math.floor(rate), 1)
+end
+
+-- Token bucket shared by every node: refilled at `rate` messages/s up to `burst`, on Redis' clock
+-- (see clock_ms; either skew would refill the same interval twice). A bucket never written is
+-- full, and its time never goes backwards. Reads only: returns (tokens, ts) for the caller to
+-- write back if it spends any.
+local function refill(bucket, rate, burst)
+  local now = clock_ms()
+  local b = redis.call('HMGET', bucket, 'tokens', 'ts')
+  local tokens = tonumber(b[1]) or burst
+  local last = tonumber(b[2]) or now
+  if now > last then return math.min(burst, tokens + (now - last) * rate / 1000), now end
+  return tokens, last
+end
+

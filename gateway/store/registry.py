@@ -1,0 +1,121 @@
+"""Registry records in Redis: consumers' config hashes and name sets, producers, API keys and
+their per-consumer grants. Validation and the API's view of them are core/registry.py's and
+core/auth.py's; this module only reads and writes (key names: keys.py).
+
+Records are JSON objects (``dict[str, Any]``): produce_check.lua reads the producer and key
+records too (``topics``; ``sha256``, ``producers``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import orjson
+from redis.asyncio import Redis
+
+from .connect import fields, text, text_dict
+from .keys import KeyLayout
+
+
+class RegistryStore:
+    def __init__(self, redis: Redis, layout: KeyLayout) -> None:
+        self._redis = redis
+        self._keys = layout
+
+    # -- consumers ---------------------------------------------------------------------------
+    async def config(self, group: str) -> dict[str, str]:
+        """The consumer's config hash (``{}`` if it has none)."""
+        return text_dict(await self._redis.hgetall(self._keys.config(group)))
+
+    async def replace_config(self, group: str, values: dict[str, str]) -> None:
+        """Replace the whole config hash at once (MULTI: no reader sees it half written)."""
+        key = self._keys.config(group)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(key)
+            pipe.hset(key, mapping=fields(values))
+            await pipe.execute()
+
+    async def update_config(self, group: str, sets: dict[str, str], deletes: list[str]) -> None:
+        """Set and delete config fields at once (MULTI)."""
+        key = self._keys.config(group)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            if deletes:
+                pipe.hdel(key, *deletes)
+            if sets:
+                pipe.hset(key, mapping=fields(sets))
+            await pipe.execute()
+
+    async def add_registered(self, group: str) -> None:
+        await self._redis.sadd(self._keys.registry("consumers"), group)
+
+    async def mark_seen(self, group: str) -> None:
+        """List a consumer served (or configured) without a registration, for the all-consumer
+        views and alert thresholds."""
+        await self._redis.sadd(self._keys.registry("seen"), group)
+
+    async def consumer_names(self) -> tuple[set[str], set[str]]:
+        """(registered, seen in open mode) consumer names."""
+        reg = await self._redis.smembers(self._keys.registry("consumers"))
+        seen = await self._redis.smembers(self._keys.registry("seen"))
+        return {text(x) for x in reg}, {text(x) for x in seen}
+
+    async def delete_consumer(self, group: str, delete_offsets: bool) -> tuple[bool, int]:
+        """Drop the settings and rate bucket and the name from both sets; with ``delete_offsets``
+        every queue hash (cluster and each clientId's) and the clientId set too. Returns (it had
+        settings, number of offset keys deleted)."""
+        k, r = self._keys, self._redis
+        existed = bool(await r.exists(k.config(group)))
+        await r.delete(k.config(group), k.bucket(group))
+        await r.srem(k.registry("consumers"), group)
+        await r.srem(k.registry("seen"), group)
+        deleted = 0
+        if delete_offsets:
+            keys = {k.queues(group), k.clients(group)}
+            clients = cast("list[bytes | str]", await r.zrange(k.clients(group), 0, -1))
+            keys |= {k.queues(group, text(c)) for c in clients}
+            # expired from the clientId set but not (yet) as keys
+            async for key in r.scan_iter(match=k.client_queues_pattern(group), count=1000):
+                keys.add(text(key))
+            for key in keys:
+                deleted += await r.delete(key)
+        return existed, deleted
+
+    # -- producers ---------------------------------------------------------------------------
+    async def producer(self, name: str) -> dict[str, Any] | None:
+        raw = await self._redis.hget(self._keys.registry("producers"), name)
+        return orjson.loads(raw) if raw is not None else None
+
+    async def put_producer(self, name: str, record: dict[str, Any]) -> None:
+        await self._redis.hset(self._keys.registry("producers"), name, orjson.dumps(record))
+
+    async def producers(self) -> list[dict[str, Any]]:
+        raw = await self._redis.hgetall(self._keys.registry("producers"))
+        return [orjson.loads(v) for v in raw.values()]
+
+    async def delete_producer(self, name: str) -> bool:
+        return bool(await self._redis.hdel(self._keys.registry("producers"), name))
+
+    # -- API keys ----------------------------------------------------------------------------
+    async def key(self, key_id: str) -> dict[str, Any] | None:
+        raw = await self._redis.hget(self._keys.registry("keys"), key_id)
+        return orjson.loads(raw) if raw else None
+
+    async def all_keys(self) -> list[dict[str, Any]]:
+        raw = await self._redis.hgetall(self._keys.registry("keys"))
+        return [orjson.loads(v) for v in raw.values()]
+
+    async def put_key(self, key_id: str, record: dict[str, Any]) -> None:
+        await self._redis.hset(self._keys.registry("keys"), key_id, orjson.dumps(record))
+
+    async def delete_key(self, key_id: str) -> None:
+        await self._redis.hdel(self._keys.registry("keys"), key_id)
+
+    async def grant(self, key_id: str, sha256: str, consumers: list[str]) -> None:
+        """Copy the key's digest into each consumer's grants hash (read by the consume scripts,
+        in the consumer's own slot)."""
+        for g in consumers:
+            await self._redis.hset(self._keys.grants(g), key_id, sha256)
+
+    async def revoke_grants(self, key_id: str, consumers: list[str]) -> None:
+        for g in consumers:
+            await self._redis.hdel(self._keys.grants(g), key_id)

@@ -1,0 +1,66 @@
+"""Batched reads of many consumers at once, for the all-consumer views (backlog, alerts).
+
+Two pipelined round trips whatever the number of consumers (in chunks of :data:`CHUNK`
+commands): every consumer's config hash, cluster-mode queue hash and clientId set; then every
+clientId's queue hash. Several slots in one pipeline are fine on Redis Cluster (redis-py splits
+it by node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+from .connect import text, text_dict
+from .keys import KeyLayout
+from .queues import QueueState, parse_queue_hash
+
+#: Commands per pipeline round trip.
+CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRead:
+    """One consumer's stored state."""
+
+    group: str
+    config: dict[str, str]
+    queues: list[QueueState]  # cluster mode
+    clients: list[tuple[str, int]]  # broadcast clientIds and when each was last seen (ms)
+    client_queues: dict[str, list[QueueState]] = field(default_factory=dict)  # per clientId
+
+
+async def read_consumers(redis: Redis, layout: KeyLayout, groups: list[str]) -> list[ConsumerRead]:
+    """The stored state of each of ``groups``, in that order."""
+    first = await _pipelined(redis, [c for g in groups for c in (
+        _hgetall(layout.config(g)), _hgetall(layout.queues(g)),
+        lambda pipe, g=g: pipe.zrange(layout.clients(g), 0, -1, withscores=True))])
+    clients = {g: [(text(m), int(s)) for m, s in first[3 * i + 2]] for i, g in enumerate(groups)}
+    pairs = [(g, c) for g in groups for c, _ in clients[g]]
+    hashes = await _pipelined(redis, [_hgetall(layout.queues(g, c)) for g, c in pairs])
+    per_client: dict[str, dict[str, list[QueueState]]] = {g: {} for g in groups}
+    for (g, c), h in zip(pairs, hashes, strict=True):
+        per_client[g][c] = parse_queue_hash(text_dict(h))
+    return [ConsumerRead(g, text_dict(first[3 * i]), parse_queue_hash(text_dict(first[3 * i + 1])),
+                         clients[g], per_client[g]) for i, g in enumerate(groups)]
+
+
+Command = Callable[[Any], Any]
+
+
+def _hgetall(key: str) -> Command:
+    return lambda pipe: pipe.hgetall(key)
+
+
+async def _pipelined(redis: Redis, commands: list[Command]) -> list[Any]:
+    """Run commands in non-transactional pipelines of :data:`CHUNK`."""
+    out: list[Any] = []
+    for i in range(0, len(commands), CHUNK):
+        async with redis.pipeline(transaction=False) as pipe:
+            for command in commands[i:i + CHUNK]:
+                command(pipe)
+            out.extend(await pipe.execute())
+    return out
