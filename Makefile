@@ -40,8 +40,9 @@ run: deps
 test: deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# The inner loop: everything but the tests marked slow (Spark, Chromium, Redis Cluster, 30 s long
-# polls, ...); under two minutes on a 2-core machine.
+# The inner loop: everything but the tests marked slow (Spark, Chromium, Redis Cluster, volume and
+# multi-node timing tests, 30 s long polls; see the marker in pyproject.toml): under two minutes on
+# an idle 2-core machine.
 test-fast: deps
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 

@@ -23,6 +23,8 @@ class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     #: The broker adapter: ``kafka``, or ``memory`` (in-process, one worker; for tests).
     broker: str = "kafka"
+    #: Topics of the ``memory`` broker, made at start: ``name:queues,name:queues``.
+    memory_topics: str = ""
     kafka_bootstrap: str = "127.0.0.1:9092"
     #: Extra librdkafka settings (``KAFKA_CONFIG`` as ``k=v,k=v``), e.g. SASL/TLS.
     kafka_config: str = ""
@@ -97,6 +99,14 @@ class Settings:
         if s.start_position not in ("latest", "earliest"):
             raise ValueError("start_position must be 'latest' or 'earliest'")
         return s
+
+    def memory_topic_map(self) -> dict[str, int]:
+        """Parse ``memory_topics`` (``orders:4,audit:1``)."""
+        out: dict[str, int] = {}
+        for item in filter(None, (p.strip() for p in self.memory_topics.split(","))):
+            name, _, n = item.partition(":")
+            out[name] = int(n or 1)
+        return out
 
     def kafka_extra(self) -> dict[str, str]:
         """Parse ``kafka_config`` (``k=v,k=v``) into librdkafka settings."""

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.broker.memory import MemoryBroker
 from gateway.core.consume import FetchParams
-from gateway.core.reset import reset
+from gateway.core.reset import ResetRequest, reset
 
 from .helpers import Api, Wire, run_service, unique
 
@@ -115,9 +115,9 @@ def test_reset_by_timestamp_semantics(redis_url: str) -> None:
 
     async def body(svc: Wire) -> None:
         async def at(ts: int) -> int:
-            r = await reset(svc.store, b, "g", {"topic": "orders", "to": "timestamp", "timestamp": ts},
+            r = await reset(svc.store, b, "g", ResetRequest("orders", "timestamp", timestamp=ts),
                             await svc.store.get_config("g"))
-            return r["queues"][0]["to"]
+            return r.queues[0].after
         assert await at(2500) == 2  # first record at or after the time
         assert await at(3000) == 2
         assert await at(0) == 0

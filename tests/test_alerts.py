@@ -20,6 +20,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.api.registry_wire import consumer_fields
 from gateway.broker.memory import MemoryBroker
 from gateway.config import Settings
 from gateway.core.auth import Authorizer, KeyStore
@@ -224,6 +225,7 @@ def test_oldest_age_is_the_age_of_the_first_unconsumed_record(node_factory, make
         api.http.close()
 
 
+@pytest.mark.slow  # two nodes, and 2.5 s of watching that nothing more is sent
 @pytest.mark.timeout(90)
 def test_backlog_alert_fires_once_across_two_nodes_and_resolves(node_factory, make_topic,
                                                                receiver: Receiver) -> None:
@@ -274,6 +276,7 @@ def test_backlog_alert_fires_once_across_two_nodes_and_resolves(node_factory, ma
         api.http.close()
 
 
+@pytest.mark.slow  # two nodes, and a record aged past 2 s
 @pytest.mark.timeout(90)
 def test_age_alert_with_a_failing_webhook_then_thresholds_removed(node_factory, make_topic) -> None:
     receiver = Receiver(fail_first=1)  # the first attempt gets a 503: the gateway retries
@@ -433,7 +436,7 @@ def test_ages_retention_broker_errors_and_gauges_in_process(redis_url: str) -> N
             b.fetch = real_fetch  # type: ignore[method-assign]
 
             mon = AlertMonitor(gw)
-            await gw.registry.patch_consumer(g, {"alerts": {"backlogMessages": 4}})
+            await gw.registry.patch_consumer(g, consumer_fields({"alerts": {"backlogMessages": 4}}))
             await mon.evaluate_now()
             view = await mon.view(include_all=True)
             assert [(a["consumer"], a["reasons"]) for a in view["alerts"]] == [(g, ["backlog"])]
@@ -446,7 +449,7 @@ def test_ages_retention_broker_errors_and_gauges_in_process(redis_url: str) -> N
             assert f"mqgw_consumer_oldest_age_seconds:{g}" not in m  # no age threshold: not measured
 
             await gw.registry.patch_consumer(
-                g, {"alerts": {"backlogMessages": 100, "oldestAgeMs": 60_000}})
+                g, consumer_fields({"alerts": {"backlogMessages": 100, "oldestAgeMs": 60_000}}))
             await mon.evaluate_now()
             m = samples(await mon.collect_metrics())
             since = now_ms() - now
@@ -457,7 +460,7 @@ def test_ages_retention_broker_errors_and_gauges_in_process(redis_url: str) -> N
             # unregistering a firing consumer resolves its alert and forgets it
             sent: list[dict[str, Any]] = []
             mon._post_later = sent.append  # type: ignore[method-assign]
-            await gw.registry.patch_consumer(g, {"alerts": {"backlogMessages": 1}})
+            await gw.registry.patch_consumer(g, consumer_fields({"alerts": {"backlogMessages": 1}}))
             await mon.evaluate_now()
             await gw.registry.delete_consumer(g, delete_offsets=False)
             await mon.evaluate_now()

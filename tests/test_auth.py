@@ -122,6 +122,7 @@ def test_keys_are_stored_hashed_and_revocation_is_seen_by_every_node(
     assert sec.call("GET", f"/admin/keys/{kid}", sec.admin_key, 1).status_code == 404
 
 
+@pytest.mark.slow  # one `mqgw admin` process per command
 @pytest.mark.timeout(60)
 def test_admin_cli_drives_the_admin_api(sec: Secure, make_topic: Callable[..., str], tmp_path: Path) -> None:
     import json

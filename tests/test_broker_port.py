@@ -26,10 +26,11 @@ T = "orders"
 @pytest.mark.timeout(90)
 def test_a_node_on_the_memory_broker_serves_produce_fetch_ack(redis_url: str, tmp_path: Path) -> None:
     # The memory broker lives in the worker's memory: one worker, and any bootstrap (never used).
-    node = start_node(redis_url, "127.0.0.1:1", tmp_path, broker="memory")
+    topic = unique("t")
+    node = start_node(redis_url, "127.0.0.1:1", tmp_path, broker="memory", memory_topics=f"{topic}:4")
     try:
         with httpx.Client(base_url=node.url, timeout=30) as h:
-            topic, g = unique("t"), unique()
+            g = unique()
             r = h.post("/produce", json={"topic": topic, "messages": [
                 {"key": "k", "value": "a"}, {"key": "k", "value": "b"}, {"value": "c", "partition": 3}]})
             assert r.status_code == 200 and r.json()["failed"] == 0, r.text
@@ -46,6 +47,10 @@ def test_a_node_on_the_memory_broker_serves_produce_fetch_ack(redis_url: str, tm
                 seen += [x["value"] for x in m["messages"]]
                 assert h.post("/ack", json={"requestId": m["requestId"]}).json()["result"] == "committed"
             assert sorted(seen) == ["a", "b", "c"]
+            # a topic the broker does not have: refused on both paths, never created by a read
+            assert h.post("/produce", json={"topic": "nope", "value": "x"}).status_code == 404
+            r = h.get("/message", params={"consumer": g, "topic": "nope"})
+            assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_topic"
     finally:
         node.stop()
 

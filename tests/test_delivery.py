@@ -27,6 +27,7 @@ def assert_drained(api: Api, group: str, client_id: str = "") -> None:
         assert not q["locked"], q
 
 
+@pytest.mark.slow  # 50,000 records
 @pytest.mark.timeout(300)
 def test_exactly_once_without_faults(api: Api, make_topic) -> None:
     """20 consumers in one group on 3 nodes drain 50,000 messages: each delivered exactly once."""
@@ -89,6 +90,7 @@ def test_at_least_once_with_dropped_batches_and_a_killed_node(node_factory, make
     assert tally.duplicate_not_redelivered == [], tally.duplicate_not_redelivered[:10]
 
 
+@pytest.mark.slow  # 3 x 3,000 deliveries
 @pytest.mark.timeout(120)
 def test_broadcast_each_client_sees_everything_once(api: Api, make_topic) -> None:
     topic, group = make_topic(6), unique()
@@ -174,6 +176,7 @@ def test_unlock_redelivers_at_once_and_piggyback_ack(api: Api, make_topic) -> No
     assert r.status_code == 400 and r.json()["error"]["code"] == "request_id_mismatch"
 
 
+@pytest.mark.slow  # 8,000 records from two producers
 @pytest.mark.timeout(120)
 def test_concurrent_produce_and_consume_loses_nothing(api: Api, make_topic, bootstrap: str) -> None:
     """Fetching at the tail while two producers write: committed offsets never skip records."""

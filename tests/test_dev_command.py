@@ -23,6 +23,7 @@ def listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+@pytest.mark.slow  # the whole `make run` stack: Redis, broker, gateway, snapshots
 @pytest.mark.timeout(90)
 def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
     port = devstack.free_port()

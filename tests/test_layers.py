@@ -1,6 +1,7 @@
 """The import contracts of pyproject.toml ([tool.importlinter]) hold: imports point down the layers
-(cli > api > ops | reports > core > store | broker), core imports no transport library, and store
-and broker import no HTTP. `make lint` checks the same; here it is part of `make test` too."""
+(cli > api > ops | reports > core > store | broker), core imports no transport library, store and
+broker import no HTTP, only the store imports redis and only the Kafka adapter confluent_kafka.
+`make lint` checks the same; here it is part of `make test` too."""
 
 from __future__ import annotations
 

@@ -64,6 +64,7 @@ class LuaMonitor(Monitor):
                 self.lines.append(cmd["command"])
 
 
+@pytest.mark.slow  # three nodes kept busy for 3 s
 @pytest.mark.timeout(120)
 def test_watermark_refresh_is_leased_across_nodes(node_factory, make_topic, redis_url: str) -> None:
     """Three busy nodes list offsets at most once per refresh interval between them."""

@@ -1144,7 +1144,6 @@ def test_error_responses(api: Api, shared_topic: str, name: str, method: str, pa
         assert "limit" in body["error"]["details"]
 
 
-@pytest.mark.slow  # hundreds of generated requests: ~35 s
 @pytest.mark.timeout(120)
 def test_fuzzed_requests_match_spec(node_factory: Callable[..., Node], shared_topic: str,
                                     done: Callable[[], None]) -> None:
@@ -1341,7 +1340,7 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
         done()
 
 
-@pytest.mark.slow  # waits out the broker metadata timeouts: ~15 s
+@pytest.mark.slow  # waits out the broker's metadata timeouts (~13 s)
 @pytest.mark.timeout(120)
 def test_broker_unavailable(redis_url: str, tmp_path: Path) -> None:
     """Kafka unreachable: readiness fails, and producing or fetching answers 503 (after the

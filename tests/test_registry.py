@@ -220,6 +220,7 @@ def _bucket(r: redis.Redis, key: str, rate: float, burst: float) -> tuple[float,
     return now_ms / 1000, min(burst, float(tokens) + max(0, now_ms - float(ts)) * rate / 1000)
 
 
+@pytest.mark.slow  # measures a rate over 6 s
 @pytest.mark.timeout(120)
 def test_rate_limit_holds_across_three_nodes(cluster: list[Node], api: Api, rds: redis.Redis,
                                              make_topic: Callable[..., str]) -> None:

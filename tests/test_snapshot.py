@@ -64,6 +64,7 @@ def hgetall(r: redis.Redis, key: str) -> dict[str, str]:
 
 # -- (a) end to end through real gateway nodes --------------------------------------------------------
 
+@pytest.mark.slow  # real consumers on the cluster in every state, then a snapshot
 @pytest.mark.timeout(120)
 def test_snapshot_of_real_consumers_has_exact_rows(api: Api, make_topic, redis_url: str,
                                                    rds: redis.Redis, tmp_path: Path) -> None:

@@ -16,10 +16,19 @@ from starlette.routing import Route
 from ..core import reset as reset_offsets
 from ..core.errors import bad_request, not_found
 from ..core.names import check_name
-from ..core.registry import check_names
 from ..ops import backlog
 from ..store import now_ms
-from .routes import JSON, read_json
+from .registry_wire import (
+    check_names,
+    consumer_body,
+    consumer_fields,
+    delete_body,
+    producer_body,
+    producer_topics,
+    registration_fields,
+)
+from .routes import JSON, api_credential, read_json
+from .wire import key_body, reset_body, reset_request
 
 
 def _gw(request: Request) -> Any:
@@ -28,7 +37,7 @@ def _gw(request: Request) -> Any:
 
 async def _admin(request: Request) -> Any:
     gw = _gw(request)
-    await gw.auth.require_admin(request.headers)
+    await gw.auth.require_admin(api_credential(request))
     return gw
 
 
@@ -50,21 +59,22 @@ def _flag(request: Request, name: str, default: bool = False) -> bool:
 # -- consumers -------------------------------------------------------------------------------
 async def consumers_route(request: Request) -> Response:
     gw = await _admin(request)
-    return JSON({"consumers": await gw.registry.list_consumers()})
+    return JSON({"consumers": [consumer_body(r, gw.settings) for r in await gw.registry.list_consumers()]})
 
 
 async def consumer_route(request: Request) -> Response:
     gw = await _admin(request)
     group = check_name(request.path_params["group"], "consumer")
     if request.method == "GET":
-        return JSON(await gw.registry.get_consumer(group))
+        return JSON(consumer_body(await gw.registry.get_consumer(group), gw.settings))
     if request.method == "DELETE":
-        return JSON(await gw.registry.delete_consumer(group, _flag(request, "deleteOffsets")))
+        return JSON(delete_body(await gw.registry.delete_consumer(group, _flag(request, "deleteOffsets"))))
     body = await _object_body(request, gw)
     if request.method == "PUT":
-        view, created = await gw.registry.put_consumer(group, body)
-        return JSON(view, status_code=201 if created else 200)
-    return JSON(await gw.registry.patch_consumer(group, body))
+        rec, created = await gw.registry.put_consumer(group, registration_fields(body))
+        return JSON(consumer_body(rec, gw.settings), status_code=201 if created else 200)
+    rec = await gw.registry.patch_consumer(group, consumer_fields(body))
+    return JSON(consumer_body(rec, gw.settings))
 
 
 async def pause_route(request: Request) -> Response:
@@ -79,32 +89,37 @@ async def reset_route(request: Request) -> Response:
     gw = await _admin(request)
     group = check_name(request.path_params["group"], "consumer")
     body = await _object_body(request, gw)
-    cfg = await gw.registry.require_known(group)
-    return JSON(await reset_offsets.reset(gw.store, gw.broker, group, body, cfg, gw.settings.client_idle_ms))
+    cfg = await gw.registry.require_known(group)  # 404 for an unknown name comes first
+    req = reset_request(body)
+    result = await reset_offsets.reset(gw.store, gw.broker, group, req, cfg, gw.settings.client_idle_ms)
+    return JSON(reset_body(result))
 
 
 # -- producers -------------------------------------------------------------------------------
 async def producers_route(request: Request) -> Response:
     gw = await _admin(request)
-    return JSON({"producers": await gw.registry.list_producers()})
+    return JSON({"producers": [producer_body(r) for r in await gw.registry.list_producers()]})
 
 
 async def producer_route(request: Request) -> Response:
     gw = await _admin(request)
     name = check_name(request.path_params["name"], "producer")
     if request.method == "GET":
-        return JSON(await gw.registry.get_producer(name))
+        rec = await gw.registry.get_producer(name)
+        assert rec is not None  # not missing_ok: an unknown producer raised
+        return JSON(producer_body(rec))
     if request.method == "DELETE":
-        return JSON(await gw.registry.delete_producer(name))
-    rec, created = await gw.registry.put_producer(name, await _object_body(request, gw))
-    return JSON(rec, status_code=201 if created else 200)
+        await gw.registry.delete_producer(name)
+        return JSON({"producer": name, "unregistered": True})
+    rec, created = await gw.registry.put_producer(name, producer_topics(await _object_body(request, gw)))
+    return JSON(producer_body(rec), status_code=201 if created else 200)
 
 
 # -- API keys --------------------------------------------------------------------------------
 async def keys_route(request: Request) -> Response:
     gw = await _admin(request)
     if request.method == "GET":
-        return JSON({"keys": [r.public() for r in await gw.keys.all()]})
+        return JSON({"keys": [key_body(r) for r in await gw.keys.all()]})
     body = await _object_body(request, gw)
     extra = set(body) - {"name", "admin", "producers", "consumers"}
     if extra:
@@ -118,7 +133,7 @@ async def keys_route(request: Request) -> Response:
     if not (is_admin or producers or consumers):
         raise bad_request("empty_grant", "a key needs admin, producers or consumers")
     key, rec = await gw.keys.create(name, admin=is_admin, producers=producers, consumers=consumers)
-    return JSON({**rec.public(), "key": key}, status_code=201)
+    return JSON({**key_body(rec), "key": key}, status_code=201)
 
 
 async def key_route(request: Request) -> Response:
@@ -127,7 +142,7 @@ async def key_route(request: Request) -> Response:
     rec = await (gw.keys.revoke(key_id) if request.method == "DELETE" else gw.keys.get(key_id))
     if rec is None:
         raise not_found("unknown_key", f"no API key with id {key_id!r}")
-    return JSON({**rec.public(), "revoked": True} if request.method == "DELETE" else rec.public())
+    return JSON({**key_body(rec), "revoked": True} if request.method == "DELETE" else key_body(rec))
 
 
 # -- backlog and alerts ----------------------------------------------------------------------

@@ -67,7 +67,8 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
         wm = Watermarks(store, b, settings.metadata_refresh_ms)
         keys = KeyStore(store)
         auth = Authorizer(settings.auth, keys)
-        consume = ConsumeService(settings, store, b, wm, RequestIdCodec(settings.hmac_key), auth)
+        consume = ConsumeService(settings, store, b, wm, RequestIdCodec(settings.hmac_key), auth,
+                                 on_ack=lambda r: metrics.acked(r.result.value))
         spec = _SPEC.read_bytes() if _SPEC.is_file() else b""
         if settings.hmac_key == DEV_HMAC_KEY:  # only without auth (refused above)
             log.warning("MQGW_HMAC_KEY is the public default: anyone can forge requestIds. "

@@ -10,13 +10,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..core.auth import credential_of
 from ..core.consume import FetchParams, FetchStatus
-from ..core.errors import bad_request
+from ..core.errors import bad_request, unauthorized
 from ..core.names import check_name, check_topic
 from ..core.produce import check_producer, produce
 from ..core.views import queue_rows
 from ..ops import metrics
-from ..store import AckOutcome, UnlockOutcome, now_ms
+from ..store import AckOutcome, Credential, UnlockOutcome, now_ms
 from .errors import ApiError
 from .wire import ack_body, fetched_body, parse_produce, produced_body
 
@@ -81,6 +82,22 @@ def _int(params: dict[str, Any], name: str, default: int | None, lo: int, hi: in
     return n
 
 
+def api_credential(request: Request) -> Credential | None:
+    """The API key in ``Authorization: Bearer <key>`` (or ``X-API-Key``); None when auth is off.
+    A missing or malformed key is a 401 (the key's format is the core's rule)."""
+    if not _state(request).auth.enabled:
+        return None
+    raw = request.headers.get("authorization", "")
+    if raw:
+        scheme, _, raw = raw.partition(" ")
+        if scheme.lower() != "bearer":
+            raise unauthorized("invalid_api_key", "use 'Authorization: Bearer <key>'")
+        raw = raw.strip()
+    else:
+        raw = request.headers.get("x-api-key", "").strip()
+    return credential_of(raw)
+
+
 def client_address(request: Request) -> str:
     fwd = request.headers.get("x-forwarded-for")
     if fwd:
@@ -91,7 +108,7 @@ def client_address(request: Request) -> str:
 
 async def produce_route(request: Request) -> Response:
     gw = _state(request)
-    credential = gw.auth.credential(request.headers)
+    credential = api_credential(request)
     body = await read_json(request, gw.settings.max_body_bytes)
     topic, producer, messages = parse_produce(body, gw.settings.max_produce_batch)
     await check_producer(gw.store, credential, gw.settings.open_mode, producer, topic)
@@ -113,7 +130,7 @@ async def message_route(request: Request) -> Response:
                             headers={"Allow": "GET, POST"})
     gw = _state(request)
     s = gw.settings
-    credential = gw.auth.credential(request.headers)
+    credential = api_credential(request)
     p = await _params(request)
     encoding = p.get("encoding") or "utf8"
     if encoding not in ("utf8", "base64"):
@@ -133,9 +150,7 @@ async def message_route(request: Request) -> Response:
         ack_request_id=rid,
         credential=credential,
     )
-    f = await gw.consume.fetch(params)
-    if f.ack is not None:
-        metrics.acked(f.ack.result.value)
+    f = await gw.consume.fetch(params)  # a piggy-backed ack is counted by ConsumeService.on_ack
     metrics.fetched(f.status.value, f.count, bool(f.batch and f.batch.redelivered))
     body = fetched_body(f, gw.broker.name, encoding)
     if f.status is FetchStatus.RATE_LIMITED:
@@ -156,9 +171,8 @@ async def _request_id(request: Request) -> str:
 
 async def ack_route(request: Request) -> Response:
     gw = _state(request)
-    credential = gw.auth.credential(request.headers)
-    r = await gw.consume.ack(await _request_id(request), credential)
-    metrics.acked(r.result.value)
+    credential = api_credential(request)
+    r = await gw.consume.ack(await _request_id(request), credential)  # counted by on_ack
     body = ack_body(r)
     status = _ACK_STATUS[r.result]
     if status != 200:
@@ -169,7 +183,7 @@ async def ack_route(request: Request) -> Response:
 
 async def unlock_route(request: Request) -> Response:
     gw = _state(request)
-    credential = gw.auth.credential(request.headers)
+    credential = api_credential(request)
     r = await gw.consume.unlock(await _request_id(request), credential)
     body: dict[str, Any] = {"result": r.result.value, "committedOffset": r.committed}
     status = _UNLOCK_STATUS[r.result]
@@ -185,7 +199,7 @@ async def queues_route(request: Request) -> Response:
     gw = _state(request)
     group = check_name(request.path_params["group"], "consumer")
     client_id = check_name(request.path_params.get("client_id"), "clientId", required=False)
-    await gw.auth.require_consumer(request.headers, group)
+    await gw.auth.require_consumer(api_credential(request), group)
     cfg = await gw.store.get_config(group)
     timeout = int(cfg.get("consume_timeout_ms") or gw.settings.consume_timeout_ms)
     out = [{
@@ -202,7 +216,7 @@ async def queues_route(request: Request) -> Response:
 async def clients_route(request: Request) -> Response:
     gw = _state(request)
     group = check_name(request.path_params["group"], "consumer")
-    await gw.auth.require_consumer(request.headers, group)
+    await gw.auth.require_consumer(api_credential(request), group)
     now = now_ms()
     clients = [{"clientId": c, "lastSeenMs": ts, "idleMs": now - ts}
                for c, ts in await gw.store.clients(group)]

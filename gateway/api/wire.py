@@ -12,10 +12,12 @@ import binascii
 from typing import Any
 
 from ..broker import OutgoingMessage, Record
+from ..core.auth import KeyRecord
 from ..core.consume import Fetched, FetchStatus
 from ..core.errors import TooLarge, bad_request
 from ..core.names import check_name, check_topic
 from ..core.produce import Produced
+from ..core.reset import ResetRequest, ResetResult
 from ..store import AckOutcome, AckResult
 
 #: Kafka's field widths (int32 partition, int64 timestamp): larger JSON integers are refused here,
@@ -111,6 +113,9 @@ def _bytes(v: Any, enc: str, i: int, name: str) -> bytes | None:
 
 
 def produced_body(p: Produced) -> dict[str, Any]:
+    """Per record its ``partition`` and ``offset``: the partition is the queue id as a number,
+    which every Kafka queue id is. (A broker with non-numeric queue ids would get the id as a
+    string here; the RocketMQ adapter will settle the field's name and type.)"""
     out: list[dict[str, Any]] = []
     for r in p.results:
         if r.error_code:
@@ -191,3 +196,27 @@ def encode_records(records: list[Record], encoding: str) -> list[dict[str, Any]]
 
 def _b64(b: bytes | None) -> str | None:
     return None if b is None else base64.b64encode(b).decode()
+
+
+def key_body(rec: KeyRecord) -> dict[str, Any]:
+    """An API key's record as the admin API shows it (never its digest)."""
+    return {"id": rec.id, "name": rec.name, "admin": rec.admin, "producers": rec.producers,
+            "consumers": rec.consumers, "createdMs": rec.created_ms}
+
+
+_RESET_FIELDS = {"topic": "topic", "to": "to", "timestamp": "timestamp", "offset": "offset",
+                 "queue": "queue", "clientId": "client_id"}
+
+
+def reset_request(body: dict[str, Any]) -> ResetRequest:
+    """``POST /admin/consumers/{c}/reset``'s body; its values are checked by the reset itself."""
+    extra = set(body) - set(_RESET_FIELDS)
+    if extra:
+        raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
+    return ResetRequest(**{_RESET_FIELDS[k]: v for k, v in body.items()})
+
+
+def reset_body(r: ResetResult) -> dict[str, Any]:
+    return {"consumer": r.consumer, "topic": r.topic, "to": r.to, "moved": r.moved,
+            "queues": [{"clientId": m.client_id, "queue": m.queue, "from": m.before, "to": m.after}
+                       for m in r.queues]}

@@ -55,5 +55,5 @@ def create(settings: Settings) -> Broker:
     if settings.broker == "memory":
         from .memory import MemoryBroker
 
-        return MemoryBroker(auto_create_queues=4)
+        return MemoryBroker(topics=settings.memory_topic_map())
     raise ValueError(f"unknown broker {settings.broker!r}: one of {', '.join(KINDS)}")

@@ -28,15 +28,15 @@ from .base import (
 class MemoryBroker(Broker):
     capabilities = frozenset({Capability.OUT_OF_RETENTION})
 
-    def __init__(self, name: str = "memory", auto_create_queues: int = 0) -> None:
+    def __init__(self, name: str = "memory", topics: dict[str, int] | None = None) -> None:
         self.name = name
-        #: >0: a produce to an unknown topic creates it with this many queues (a dev server).
-        self.auto_create_queues = auto_create_queues
         self.logs: dict[str, dict[str, dict[int, Record]]] = {}
         self.low: dict[tuple[str, str], int] = {}
         self.end: dict[tuple[str, str], int] = {}  # the next offset to write (high watermark)
         self.fetches: list[tuple[str, str, int]] = []
         self.watermark_calls = 0
+        for topic, queues in (topics or {}).items():
+            self.create(topic, queues)
 
     # -- test controls ------------------------------------------------------------------------
     def create(self, topic: str, queues: int) -> None:
@@ -78,8 +78,6 @@ class MemoryBroker(Broker):
         return max(self.end.get((topic, queue), 0), self.low.get((topic, queue), 0))
 
     async def queues(self, topic: str) -> list[str]:
-        if topic not in self.logs and self.auto_create_queues > 0:  # as auto.create.topics.enable
-            self.create(topic, self.auto_create_queues)
         if topic not in self.logs:
             raise UnknownTopic(topic)
         return list(self.logs[topic])
@@ -115,8 +113,6 @@ class MemoryBroker(Broker):
         out = []
         for m in messages:
             q = m.queue or "0"
-            if topic not in self.logs and self.auto_create_queues > 0:
-                self.create(topic, self.auto_create_queues)
             if m.queue is None and m.key is not None and topic in self.logs:
                 q = str(zlib.crc32(m.key) % len(self.logs[topic]))  # same key, same queue
             if topic not in self.logs:

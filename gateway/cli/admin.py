@@ -17,7 +17,6 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from redis import exceptions as redis_errors
 
 Call = tuple[str, str, dict[str, Any] | None, dict[str, str] | None]  # method, path, body, query
 
@@ -108,26 +107,27 @@ def run_admin(a: argparse.Namespace) -> int:
 
 def bootstrap_key(a: argparse.Namespace) -> int:
     """Create an admin key straight in Redis (settings as the gateway reads them)."""
+    from ..api.wire import key_body
     from ..config import Settings, redact_url
     from ..core.auth import KeyStore
-    from ..store import OffsetStore, connect
+    from ..store import UNAVAILABLE, OffsetStore
 
     settings = Settings.load()
 
     async def create() -> tuple[str, Any]:
-        r = connect(settings.redis_url)
+        store = OffsetStore.connect(settings.redis_url, settings.key_prefix)
         try:
-            return await KeyStore(OffsetStore(r, settings.key_prefix)).create(a.name, admin=True)
+            return await KeyStore(store).create(a.name, admin=True)
         finally:
-            await r.aclose()
+            await store.aclose()
 
     try:
         key, rec = asyncio.run(create())
-    except redis_errors.ConnectionError as e:
+    except UNAVAILABLE as e:
         print(f"mqgw keys bootstrap: cannot reach Redis at {redact_url(settings.redis_url)}: {e}\n"
               "Set MQGW_REDIS_URL to the gateway's Redis (mqgw dev prints it).", file=sys.stderr)
         return 2
-    print(json.dumps({**rec.public(), "key": key}, indent=2))
+    print(json.dumps({**key_body(rec), "key": key}, indent=2))
     print("Store this key now: only its SHA-256 is kept.", file=sys.stderr)
     return 0
 

@@ -17,9 +17,7 @@ import hashlib
 import hmac
 import re
 import secrets
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from ..store import Credential, OffsetStore, now_ms
 from .errors import DomainError, forbidden, unauthorized
@@ -37,16 +35,9 @@ def new_key() -> tuple[str, str]:
     return key_id, f"mqgw_{key_id}_{secrets.token_urlsafe(32)}"
 
 
-def presented(headers: Mapping[str, str]) -> Credential:
-    """The key in ``Authorization: Bearer <key>`` (or ``X-API-Key``); 401 if absent or malformed."""
-    raw = headers.get("authorization", "")
-    if raw:
-        scheme, _, raw = raw.partition(" ")
-        if scheme.lower() != "bearer":
-            raise unauthorized("invalid_api_key", "use 'Authorization: Bearer <key>'")
-        raw = raw.strip()
-    else:
-        raw = headers.get("x-api-key", "").strip()
+def credential_of(raw: str) -> Credential:
+    """The credential of a key as the caller presented it; 401 if absent or malformed. (Where
+    it is presented, a header, is the transport's business: see gateway.api.routes.)"""
     if not raw:
         raise unauthorized("missing_api_key", "this gateway requires an API key: "
                            "send 'Authorization: Bearer <key>'")
@@ -65,10 +56,6 @@ class KeyRecord:
     producers: list[str] = field(default_factory=list)
     consumers: list[str] = field(default_factory=list)
     created_ms: int = 0
-
-    def public(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "admin": self.admin, "producers": self.producers,
-                "consumers": self.consumers, "createdMs": self.created_ms}
 
 
 class KeyStore:
@@ -121,13 +108,8 @@ class Authorizer:
         self.enabled = enabled
         self.keys = keys
 
-    def credential(self, headers: Mapping[str, str]) -> Credential | None:
-        """The caller's credential, or None when auth is off."""
-        return presented(headers) if self.enabled else None
-
-    async def caller(self, headers: Mapping[str, str]) -> KeyRecord | None:
+    async def caller(self, cred: Credential | None) -> KeyRecord | None:
         """The verified key record (None when auth is off); 401 for unknown or wrong keys."""
-        cred = self.credential(headers)
         if cred is None:
             return None
         rec = await self.keys.verify(cred)
@@ -135,14 +117,14 @@ class Authorizer:
             raise unauthorized("invalid_api_key", "the API key is not valid")
         return rec
 
-    async def require_admin(self, headers: Mapping[str, str]) -> None:
-        rec = await self.caller(headers)
+    async def require_admin(self, cred: Credential | None) -> None:
+        rec = await self.caller(cred)
         if rec is not None and not rec.admin:
             raise forbidden("forbidden", "this API key may not use the admin API")
 
-    async def require_consumer(self, headers: Mapping[str, str], group: str) -> None:
+    async def require_consumer(self, cred: Credential | None, group: str) -> None:
         """For a consumer's own views: an admin key or a key bound to that consumer."""
-        rec = await self.caller(headers)
+        rec = await self.caller(cred)
         if rec is not None and not rec.admin and group not in rec.consumers:
             raise forbidden("forbidden", f"this API key may not act as consumer {group!r}")
 

@@ -10,6 +10,7 @@ slow periodic re-check, so an idle poll costs a handful of Redis calls, never a 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -106,8 +107,12 @@ class Fetched:
 
 class ConsumeService:
     def __init__(self, settings: Settings, store: OffsetStore, broker: Broker,
-                 watermarks: Watermarks, codec: RequestIdCodec, authorizer: Authorizer) -> None:
+                 watermarks: Watermarks, codec: RequestIdCodec, authorizer: Authorizer,
+                 on_ack: Callable[[AckResult], None] | None = None) -> None:
         self.settings = settings
+        #: Told of every ack the store decided, as soon as it is decided: a piggy-backed ack is
+        #: committed even when the fetch after it fails (the HTTP layer counts them in metrics).
+        self.on_ack = on_ack
         self.store = store
         self.broker = broker
         self.wm = watermarks
@@ -262,6 +267,8 @@ class ConsumeService:
                                  high_watermark=ref.high_watermark, credential=credential)
         if r.result is AckOutcome.UNAUTHORIZED:
             raise await self.auth.consume_refused(credential, ref.group)
+        if self.on_ack is not None:
+            self.on_ack(r)
         return r
 
     async def unlock(self, request_id: str, credential: Credential | None = None) -> UnlockResult:

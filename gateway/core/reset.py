@@ -7,6 +7,7 @@ every node at once, invalidating batches fetched before it (their acks answer
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..broker import Broker
@@ -17,27 +18,57 @@ from .names import check_name, check_topic
 RESET_MODES = ("earliest", "latest", "timestamp", "offset")
 
 
-async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, Any],
-                cfg: dict[str, str], client_idle_ms: int = 7 * 86_400_000) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class ResetRequest:
+    """An operator's reset as given, not yet checked (:func:`reset` checks it, in a fixed order,
+    so the first problem reported is the same whatever the front end)."""
+
+    topic: Any = None
+    to: Any = None
+    timestamp: Any = None
+    offset: Any = None
+    queue: Any = None
+    client_id: Any = None  # None: cluster offsets; "*": every broadcast clientId
+
+
+@dataclass(frozen=True, slots=True)
+class MovedQueue:
+    client_id: str | None
+    queue: str
+    before: int | None  # None: the queue had no committed offset yet
+    after: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResetResult:
+    consumer: str
+    topic: str
+    to: str
+    queues: list[MovedQueue]
+
+    @property
+    def moved(self) -> int:
+        return sum(1 for m in self.queues if m.before != m.after)
+
+
+async def reset(store: OffsetStore, broker: Broker, group: str, req: ResetRequest,
+                cfg: dict[str, str], client_idle_ms: int = 7 * 86_400_000) -> ResetResult:
     """Move one consumer's committed offsets on a topic; see the README's operations section.
 
     ``cfg`` is the consumer's config (``Registry.require_known``, which refuses unknown names
     outside open mode). A registered consumer is reset only on its registered topics: a typo in
     the topic must fail rather than create offsets nobody reads."""
-    extra = set(body) - {"topic", "to", "timestamp", "offset", "queue", "clientId"}
-    if extra:
-        raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
-    topic = check_topic(body.get("topic"))
-    client = body.get("clientId")
+    topic = check_topic(req.topic)
+    client = req.client_id
     if client is not None and client != "*":
         client = check_name(client, "clientId")
     registered = cfg.get("registered") == "1"
     if registered and f",{topic}," not in cfg.get("topics", ""):
         raise bad_request("topic_not_allowed", f"consumer {group!r} is not registered for topic {topic!r}")
-    mode = body.get("to")
+    mode = req.to
     if mode not in RESET_MODES:
         raise bad_request("invalid_to", f"to must be one of {', '.join(RESET_MODES)}")
-    queue = body.get("queue")
+    queue = req.queue
     if queue is not None and not isinstance(queue, (str, int)):
         raise bad_request("invalid_queue", "queue must be a queue id such as \"0\"")
     wm = await broker.watermarks(topic)  # fresh from the broker: resets are rare, get them right
@@ -52,12 +83,12 @@ async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, 
     elif mode == "latest":
         targets = {q: wm[q][1] for q in queues}
     elif mode == "timestamp":
-        ts = body.get("timestamp")
+        ts = req.timestamp
         if type(ts) is not int or not 0 <= ts <= 2**63 - 1:
             raise bad_request("invalid_timestamp", "timestamp must be ms since the epoch")
         targets = {q: await broker.offset_for_time(topic, q, ts) for q in queues}
     else:
-        off = body.get("offset")
+        off = req.offset
         if queue is None:
             raise bad_request("queue_required", "an explicit offset needs a queue")
         if type(off) is not int:
@@ -78,10 +109,8 @@ async def reset(store: OffsetStore, broker: Broker, group: str, body: dict[str, 
         clients = [c for c, _ in await store.clients(group)]
     else:
         clients = [client] if client else [""]
-    moved: list[dict[str, Any]] = []
+    moved: list[MovedQueue] = []
     for c in clients:  # a clientId's offsets expire when idle; one the reset creates must too
         for q, old, new in await store.reset(group, c, topic, targets, client_idle_ms=client_idle_ms):
-            moved.append({"clientId": c or None, "queue": q, "from": old if old >= 0 else None,
-                          "to": new})
-    return {"consumer": group, "topic": topic, "to": mode,
-            "moved": sum(1 for m in moved if m["from"] != m["to"]), "queues": moved}
+            moved.append(MovedQueue(c or None, q, old if old >= 0 else None, new))
+    return ResetResult(group, topic, mode, moved)

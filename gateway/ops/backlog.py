@@ -156,16 +156,14 @@ class _Peeks:
                         PEEK_BUDGET_S)
 
     async def _timestamp(self, topic: str, queue: str, offset: int) -> int | None:
-        """Timestamp of the first readable record at or after ``offset`` (None: unknown)."""
+        """Timestamp of the first readable record at or after ``offset`` (None: unknown). The
+        broker steps over what retention deleted, as it does for a fetch."""
         try:
-            for _ in range(2):
-                r = await asyncio.wait_for(self.broker.fetch(topic, queue, offset, 1), PEEK_TIMEOUT_S)
-                if r.records:
-                    ts = r.records[0].timestamp
-                    return ts if ts >= 0 else None
-                if not (r.out_of_range and r.low_watermark > offset):
-                    return None
-                offset = r.low_watermark  # the committed offset fell out of retention
+            r = await asyncio.wait_for(self.broker.fetch(topic, queue, offset, 1), PEEK_TIMEOUT_S)
+            if r.records:
+                ts = r.records[0].timestamp
+                return ts if ts >= 0 else None
+            return None
         except Exception as e:  # noqa: BLE001 - an age is a nicety: never fail the view for it
             log.warning("backlog age of %s/%s@%d unavailable: %r", topic, queue, offset, e)
         return None

@@ -16,7 +16,7 @@ state each have a slot of their own.
 ``P:{wm:<topic>}``          hash    broker watermarks ``queue:lo|hi``, ``queues``, ``ts``
 ``P:{wm:<topic>}:lease``    string  who refreshes the watermarks this interval
 ``P:{reg}:consumers``       set     registered consumer names
-``P:{reg}:seen``            set     unregistered consumer names served in open mode
+``P:{reg}:seen``            set     consumers that fetched (re-added each minute) or got settings
 ``P:{reg}:producers``       hash    producer name -> JSON registration (topics)
 ``P:{reg}:keys``            hash    API key id -> JSON record (sha256, name, grants)
 ``P:{alerts}:state``        hash    consumer -> JSON alert state (consumers with thresholds)

@@ -224,7 +224,8 @@ class OffsetStore:
         return UnlockResult(UnlockOutcome(text(r[0])), int(r[1]))
 
     async def mark_seen(self, group: str) -> None:
-        """List an unregistered consumer served in open mode (for the all-consumer views)."""
+        """List a consumer that fetched (each process re-adds its consumers once a minute), for
+        the all-consumer views and alert thresholds."""
         await self.registry.mark_seen(group)
 
     async def ping(self) -> bool:

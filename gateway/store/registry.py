@@ -49,12 +49,12 @@ class RegistryStore:
         await self._redis.sadd(self._keys.registry("consumers"), group)
 
     async def mark_seen(self, group: str) -> None:
-        """List a consumer served (or configured) without a registration, for the all-consumer
-        views and alert thresholds."""
+        """List a consumer that fetched, or got settings without a registration, for the
+        all-consumer views and alert thresholds."""
         await self._redis.sadd(self._keys.registry("seen"), group)
 
     async def consumer_names(self) -> tuple[set[str], set[str]]:
-        """(registered, seen in open mode) consumer names."""
+        """(registered, seen) consumer names."""
         reg = await self._redis.smembers(self._keys.registry("consumers"))
         seen = await self._redis.smembers(self._keys.registry("seen"))
         return {text(x) for x in reg}, {text(x) for x in seen}
