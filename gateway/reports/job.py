@@ -381,7 +381,7 @@ def write(out: Path, result: dict[str, Any]) -> None:
 def _atomic(path: Path, write_fn) -> None:
     """Write through a dot-file in the same directory: fsync, rename, fsync the directory. A
     reader sees the old file or the new one, never a torn one, also after a power loss."""
-    from ..files import fsync_path
+    from gateway.files import fsync_path  # absolute: spark-submit runs this file as a script
 
     tmp = path.with_name(f".{path.name}.tmp")
     try:
