@@ -73,6 +73,23 @@ class Settings:
     alert_interval_ms: int = 15_000
     #: Where alert state changes are POSTed as JSON ('' for nowhere).
     alert_webhook_url: str = ""
+    #: Redis connections per process: a bounded pool that requests wait for (a waiting long poll
+    #: holds none), so a burst of requests queues instead of failing with "Too many connections".
+    redis_max_connections: int = 64
+    #: How long a request waits for a pooled Redis connection before it is answered 503.
+    redis_pool_timeout_ms: int = 5_000
+    #: A request head (request line and headers) must arrive whole within this time of the
+    #: connection's first byte of it, else the connection is dropped (slow clients, slowloris).
+    header_timeout_ms: int = 5_000
+    #: A request body must arrive whole within this time of its head, else the connection is
+    #: dropped (8 MiB in 10 s needs about 7 Mbit/s; raise it for slow links behind no proxy).
+    body_timeout_ms: int = 10_000
+    #: An idle keep-alive connection is closed after this long.
+    keep_alive_timeout_ms: int = 5_000
+    #: Open connections per worker process; beyond it new connections are answered 503 and
+    #: closed at once instead of exhausting file descriptors. 0: derived from the process's file
+    #: limit (RLIMIT_NOFILE) minus a reserve.
+    max_connections_per_worker: int = 0
 
     @classmethod
     def load(cls, env: dict[str, str] | None = None) -> Settings:
