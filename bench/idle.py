@@ -27,9 +27,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import procstat  # noqa: E402
-from run import Stack, http_json, start_gateway  # noqa: E402
-
 from gateway.cli import devstack  # noqa: E402
+from run import Stack, http_json, start_gateway  # noqa: E402
 
 TOPIC = "idle-bench"
 
