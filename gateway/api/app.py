@@ -63,7 +63,9 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
                                "shared by all nodes (e.g. openssl rand -hex 32)")
         b = broker or brokers.create(settings)
         await b.start()
-        store = OffsetStore.connect(settings.redis_url, settings.key_prefix)
+        store = OffsetStore.connect(settings.redis_url, settings.key_prefix,
+                                    settings.redis_max_connections,
+                                    settings.redis_pool_timeout_ms / 1000)
         wm = Watermarks(store, b, settings.metadata_refresh_ms)
         keys = KeyStore(store)
         auth = Authorizer(settings.auth, keys)

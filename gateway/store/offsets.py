@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 
 from . import scripts
 from .alerts import AlertStore
-from .connect import connect, fields, text, text_dict
+from .connect import MAX_CONNECTIONS, POOL_TIMEOUT_S, connect, fields, text, text_dict
 from .keys import KeyLayout
 from .queues import QueueState, parse_queue_hash
 from .registry import RegistryStore
@@ -134,10 +134,11 @@ class OffsetStore:
         self.alerts = AlertStore(redis, self.layout)
 
     @classmethod
-    def connect(cls, url: str, prefix: str = "mqgw") -> OffsetStore:
-        """A store with a client of its own (``redis://`` or ``redis+cluster://``); close it with
-        :meth:`aclose`."""
-        return cls(connect(url), prefix)
+    def connect(cls, url: str, prefix: str = "mqgw", max_connections: int = MAX_CONNECTIONS,
+                pool_timeout_s: float = POOL_TIMEOUT_S) -> OffsetStore:
+        """A store with a client of its own (``redis://`` or ``redis+cluster://``) and a bounded
+        pool that commands wait for (see :func:`.connect.connect`); close it with :meth:`aclose`."""
+        return cls(connect(url, max_connections, pool_timeout_s), prefix)
 
     async def aclose(self) -> None:
         await self.redis.aclose()
