@@ -2,9 +2,10 @@
 the HTTP layer turns those into bodies and statuses, and the broker adapter owns its offsets.
 
 ``/message`` = (optional piggy-backed ack) -> choose+lock one queue in Redis -> read at the
-committed offset -> hand out the records with a signed requestId. Long polls sleep until
-something that could create work changes (a high watermark moves, a held lock expires) or a
-slow periodic re-check, so an idle poll costs a handful of Redis calls, never a busy loop.
+committed offset -> hand out the records with a signed requestId. A long poll that finds
+nothing waits in the process's :class:`~.waiting.WaitRoom`, which wakes waiters in numbers that
+match the work (new records, a freed queue, a lock expiring), so a waiting poll costs no Redis
+call and a crowd of them costs what one costs.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..store import (
 from .auth import Authorizer
 from .errors import DomainError, Forbidden, Invalid, bad_request
 from .requestid import BatchRef, RequestIdCodec
+from .waiting import WaitRoom
 from .watermarks import Watermarks
 
 #: While long-polling with a backlog held under other consumers' locks, re-run choose this
@@ -119,6 +121,10 @@ class ConsumeService:
         self.codec = codec
         self.auth = authorizer
         self._seen: dict[str, int] = {}
+        self.room = WaitRoom(self._highs, watermarks.refresh_s, IDLE_RECHECK_S)
+
+    async def _highs(self, topic: str) -> dict[str, int]:
+        return {q: hi for q, (_lo, hi) in (await self.wm.get(topic)).items()}
 
     # -- /message -------------------------------------------------------------------------
     async def fetch(self, p: FetchParams) -> Fetched:
@@ -128,7 +134,7 @@ class ConsumeService:
             if (ref.group, ref.client_id, ref.topic) != (p.group, p.client_id, p.topic):
                 raise bad_request("request_id_mismatch",
                                   "requestId belongs to another consumer, clientId or topic")
-            acked = await self._ack(ref, p.credential)
+            acked = await self._ack(ref, p.credential, wake=False)  # its sender chooses next
         announced = False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + p.wait_ms / 1000
@@ -136,6 +142,8 @@ class ConsumeService:
         # queues this request took over from an expired lock: if the first read comes back empty
         # and the queue is taken again later in the request, its batch is still a redelivery
         taken_over: set[str] = set()
+        key = (p.topic, p.group, p.client_id)
+        waited = looked_again = False
         while True:
             try:
                 wm = await self.wm.get(p.topic)
@@ -169,13 +177,20 @@ class ConsumeService:
                     taken_over.add(chosen.queue)
                 batch = await self._pull(p, chosen, redelivered=chosen.queue in taken_over)
                 if batch is not None:
+                    if waited:  # woken polls pass the baton: there may be more work than counted
+                        self.room.wake(key)
                     return Fetched(FetchStatus.OK, p.topic, batch=batch, ack=acked)
                 skip.add(chosen.queue)  # nothing readable there right now: try the others first
                 continue
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return Fetched(FetchStatus.EMPTY, p.topic, ack=acked)
-            await self._wait_for_work(p.topic, version, chosen, remaining)
+            if self.wm.version(p.topic) != version and not looked_again:
+                looked_again = True  # records came during choose: look again, once, not in a loop
+            else:
+                looked_again = False
+                await self.room.wait(key, remaining, self._recheck_s(chosen))
+                waited = True
             skip.clear()
 
     async def _refused(self, reason: str, p: FetchParams) -> DomainError:
@@ -193,22 +208,11 @@ class ConsumeService:
             self._seen[group] = now
             await self.store.mark_seen(group)
 
-    async def _wait_for_work(self, topic: str, version: int, none: NoQueue, remaining: float) -> None:
-        if none.wake_ms >= 0:
-            wake = min(remaining, RECHECK_S, max(0.0, (none.wake_ms - now_ms()) / 1000) + 0.002)
-        else:
-            wake = min(remaining, IDLE_RECHECK_S)
-        loop = asyncio.get_running_loop()
-        until = loop.time() + wake
-        step = self.wm.refresh_s
-        while True:
-            left = until - loop.time()
-            if left <= 0:
-                return
-            await asyncio.sleep(min(step, left))
-            await self.wm.get(topic)  # served from the process cache within refresh_ms
-            if self.wm.version(topic) != version:
-                return
+    def _recheck_s(self, none: NoQueue) -> float:
+        """When a poll that found nothing should re-run choose unprompted (see waiting.py)."""
+        if none.wake_ms >= 0:  # a lock over a backlog expires then (or is freed sooner elsewhere)
+            return min(RECHECK_S, max(0.0, (none.wake_ms - now_ms()) / 1000) + 0.002)
+        return IDLE_RECHECK_S
 
     async def _give_back(self, p: FetchParams, lock: Lock) -> None:
         await self.store.unlock(p.group, p.client_id, p.topic, lock.queue, lock.token)
@@ -260,7 +264,7 @@ class ConsumeService:
     async def ack(self, request_id: str, credential: Credential | None = None) -> AckResult:
         return await self._ack(self._decode(request_id), credential)
 
-    async def _ack(self, ref: BatchRef, credential: Credential | None) -> AckResult:
+    async def _ack(self, ref: BatchRef, credential: Credential | None, wake: bool = True) -> AckResult:
         r = await self.store.ack(ref.group, ref.client_id, ref.topic, ref.queue, ref.offset,
                                  ref.next_offset, ref.token,
                                  default_timeout_ms=self.settings.consume_timeout_ms,
@@ -269,6 +273,8 @@ class ConsumeService:
             raise await self.auth.consume_refused(credential, ref.group)
         if self.on_ack is not None:
             self.on_ack(r)
+        if wake and r.result is AckOutcome.COMMITTED:  # the queue is free, and may hold more
+            self.room.wake((ref.topic, ref.group, ref.client_id))
         return r
 
     async def unlock(self, request_id: str, credential: Credential | None = None) -> UnlockResult:
@@ -277,4 +283,6 @@ class ConsumeService:
                                     ref.high_watermark, credential)
         if r.result is UnlockOutcome.UNAUTHORIZED:
             raise await self.auth.consume_refused(credential, ref.group)
+        if r.result is UnlockOutcome.UNLOCKED:  # the batch is up for grabs again
+            self.room.wake((ref.topic, ref.group, ref.client_id))
         return r
