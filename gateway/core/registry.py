@@ -17,6 +17,10 @@ from ..config import Settings
 from ..store import OffsetStore, now_ms
 from .errors import bad_request, not_found
 
+#: Unregistered (open-mode) consumers listed in views, alert evaluations and metrics: the most
+#: recently seen this many. Registered consumers are always listed.
+SEEN_LIMIT = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerRecord:
@@ -89,7 +93,7 @@ class Registry:
         sets["updated_ms"] = str(now_ms())
         await self.records.update_config(group, sets, [k for k, v in fields.items() if v is None])
         if cfg.get("registered") != "1":  # settings of an open-mode name: list it (and watch
-            await self.records.mark_seen(group)  # its alert thresholds)
+            await self.records.mark_seen(group, now_ms())  # its alert thresholds)
         return ConsumerRecord(group, await self.config(group))
 
     async def require_known(self, group: str) -> dict[str, str]:
@@ -104,7 +108,7 @@ class Registry:
         cfg = await self.require_known(group)
         await self.store.set_config(group, {"paused": "1" if paused else "0", "updated_ms": now_ms()})
         if cfg.get("registered") != "1":  # as patch_consumer: an open-mode name with settings is listed
-            await self.records.mark_seen(group)
+            await self.records.mark_seen(group, now_ms())
 
     async def delete_consumer(self, group: str, delete_offsets: bool) -> DeleteResult:
         """Unregister: settings and rate bucket go; offsets too if asked. Key grants stay with
@@ -113,8 +117,14 @@ class Registry:
         return DeleteResult(group, existed, delete_offsets, deleted)
 
     async def consumer_names(self) -> tuple[set[str], set[str]]:
-        """(registered, seen in open mode) consumer names."""
-        return await self.records.consumer_names()
+        """(registered, seen) consumer names; the seen ones are those unregistered names (open
+        mode) that fetched or got settings within ``client_idle_ms``, at most SEEN_LIMIT."""
+        reg, seen = await self.seen_consumers()
+        return reg, set(seen)
+
+    async def seen_consumers(self) -> tuple[set[str], dict[str, int]]:
+        """(registered names, {seen name: when last seen, ms}), as :meth:`consumer_names`."""
+        return await self.records.consumer_names(now_ms() - self.settings.client_idle_ms, SEEN_LIMIT)
 
     async def list_consumers(self) -> list[ConsumerRecord]:
         reg, seen = await self.consumer_names()

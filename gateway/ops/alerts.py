@@ -45,6 +45,12 @@ def _age_threshold(cfg: dict[str, str]) -> bool:
     return "oldestAgeMs" in backlog.thresholds(cfg)
 
 
+#: Unregistered consumers get backlog series while they fetched within this long, at most
+#: this many of them (the most recent).
+METRIC_SEEN_MS = 15 * 60 * 1000
+METRIC_SEEN_MAX = 100
+
+
 class AlertMonitor:
     def __init__(self, gw: Any) -> None:
         self.gw = gw
@@ -126,6 +132,15 @@ class AlertMonitor:
         return True
 
     # -- evaluation ----------------------------------------------------------------------------
+    async def _metric_consumers(self, now: int, states: dict[str, dict[str, Any]]) -> set[str]:
+        """Who gets backlog gauges (series in /metrics): registered consumers, those with alert
+        thresholds, and the METRIC_SEEN_MAX most recent unregistered ones seen within
+        METRIC_SEEN_MS. In open mode any client can invent names: one fuzzing run left 1,151
+        series behind, each scraped forever."""
+        registered, seen = await self.gw.registry.seen_consumers()
+        recent = sorted((t, n) for n, t in seen.items() if t >= now - METRIC_SEEN_MS)
+        return registered | set(states) | {n for _, n in recent[-METRIC_SEEN_MAX:]}
+
     async def _evaluate(self, token: str) -> None:
         started = time.monotonic()
         consumers = await backlog.collect(self.gw, with_age=_age_threshold)
@@ -155,8 +170,9 @@ class AlertMonitor:
         for old in previous.values():  # unregistered, or its thresholds were removed
             if old["state"] == "firing":
                 events.append(_event({**old, "since": now}, "resolved", old["reasons"]))
+        shown = await self._metric_consumers(now, states)
         gauges = {c["consumer"]: {"totalBacklog": c["totalBacklog"], "oldestAgeMs": c["oldestAgeMs"]}
-                  for c in consumers}
+                  for c in consumers if c["consumer"] in shown}
         if not await self.store.alerts.commit(token, now, states, gauges):
             log.warning("backlog alert evaluation outlived its lock; results dropped")
             return

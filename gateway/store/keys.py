@@ -16,7 +16,8 @@ state each have a slot of their own.
 ``P:{wm:<topic>}``          hash    broker watermarks ``queue:lo|hi``, ``queues``, ``ts``
 ``P:{wm:<topic>}:lease``    string  who refreshes the watermarks this interval
 ``P:{reg}:consumers``       set     registered consumer names
-``P:{reg}:seen``            set     consumers that fetched (re-added each minute) or got settings
+``P:{reg}:seen_at``         zset    unregistered consumers that fetched or got settings, scored by
+                                    when (ms; re-added each minute; pruned after client_idle_ms)
 ``P:{reg}:producers``       hash    producer name -> JSON registration (topics)
 ``P:{reg}:keys``            hash    API key id -> JSON record (sha256, name, grants)
 ``P:{alerts}:state``        hash    consumer -> JSON alert state (consumers with thresholds)
@@ -42,7 +43,7 @@ from typing import Literal
 #: The attributes of one queue in a consumer's queue hash (``topic:queue:<attr>``).
 QUEUE_FIELDS = ("max", "com", "lock", "tok", "acc", "addr")
 #: Registry keys (``P:{reg}:<what>``) and alert keys (``P:{alerts}:<what>``).
-RegistryKey = Literal["consumers", "seen", "producers", "keys"]
+RegistryKey = Literal["consumers", "seen_at", "producers", "keys"]
 AlertKey = Literal["state", "gauges", "evaluated", "lease", "lock"]
 
 
@@ -93,7 +94,7 @@ class KeyLayout:
         return f"{self.watermarks(topic)}:lease"
 
     def registry(self, what: RegistryKey) -> str:
-        """``consumers``, ``seen``, ``producers`` or ``keys``: one slot for the whole registry."""
+        """``consumers``, ``seen_at``, ``producers`` or ``keys``: one slot for the whole registry."""
         return f"{self.prefix}:{{reg}}:{what}"
 
     def alert(self, what: AlertKey) -> str:

@@ -227,7 +227,7 @@ class OffsetStore:
     async def mark_seen(self, group: str) -> None:
         """List a consumer that fetched (each process re-adds its consumers once a minute), for
         the all-consumer views and alert thresholds."""
-        await self.registry.mark_seen(group)
+        await self.registry.mark_seen(group, now_ms())
 
     async def ping(self) -> bool:
         return bool(await self.redis.ping())
