@@ -174,6 +174,6 @@ def test_refused_callers_leave_no_consumer_names_behind(sec: Secure, make_topic,
     sec.admin("PUT", f"/admin/consumers/{g}", json={"topics": [topic]})
     key = sec.key("svc", consumers=[g])
     assert sec.call("GET", f"/message?consumer={g}&topic={topic}", key).status_code == 200
-    seen = {m.decode() for m in rds.smembers("mqgw:{reg}:seen")}
+    seen = {m.decode() for m in rds.zrange("mqgw:{reg}:seen_at", 0, -1)}
     assert g in seen and junk not in seen
     assert junk not in {c["consumer"] for c in sec.admin("GET", "/admin/consumers")["consumers"]}
