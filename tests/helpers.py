@@ -29,6 +29,7 @@ import httpx
 import redis
 
 from gateway.cli import devstack
+from gateway.cli.main import _serve_cmd
 
 if TYPE_CHECKING:
     from gateway.broker.memory import MemoryBroker
@@ -79,11 +80,10 @@ def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1,
     env.update({f"MQGW_{k.upper()}": str(v) for k, v in settings.items()})
     log = tmp / f"node-{port}.log"
     with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "gateway.api.app:factory", "--factory", "--host",
-             "127.0.0.1", "--port", str(port), "--workers", str(workers), "--loop", "uvloop",
-             "--http", "httptools", "--no-access-log"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # The command line of `mqgw serve`: its connection rules (gateway/api/server.py) included.
+        proc = subprocess.Popen(_serve_cmd("127.0.0.1", port, workers),
+                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     node = Node(f"http://127.0.0.1:{port}", proc, log)
     deadline = time.monotonic() + 30
     with httpx.Client(timeout=0.5, verify=TLS) as http:

@@ -57,17 +57,22 @@ def serve(args: argparse.Namespace) -> int:
 
     from ..config import Settings
 
-    level = str(getattr(Settings.load(), "log_level", "INFO"))  # the workers read the same settings
+    settings = Settings.load()  # the workers read the same settings
+    level = settings.log_level
     # uvicorn re-raises the SIGTERM it shut down on; make that an exit that runs the cleanup.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     # Set before prometheus_client is imported (gateway.logs imports it): with --workers 1 the
     # app runs in this very process.
     with prometheus_dir(os.environ):
+        from ..api.server import GatewayHttpProtocol
         from ..ops import logs
 
+        # The protocol class is pickled by reference into the spawned workers, which build it
+        # from their own (inherited) environment: see gateway/api/server.py for its limits.
         uvicorn.run("gateway.api.app:factory", factory=True, host=args.host, port=args.port,
-                    workers=args.workers, loop="uvloop", http="httptools", access_log=False,
-                    timeout_graceful_shutdown=5, log_config=logs.log_config(level))
+                    workers=args.workers, loop="uvloop", http=GatewayHttpProtocol,
+                    access_log=False, timeout_keep_alive=settings.keep_alive_timeout_ms / 1000,  # type: ignore[arg-type]
+                    timeout_graceful_shutdown=5, backlog=4096, log_config=logs.log_config(level))
     return 0
 
 

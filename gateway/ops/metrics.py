@@ -78,6 +78,11 @@ STALE_ACKS = Counter("mqgw_stale_acks_total",
 DEPENDENCY_ERRORS = Counter("mqgw_dependency_errors_total",
                             "Requests failed with 503 because Redis or the broker was unavailable",
                             ["dependency"])
+CONNECTIONS_DROPPED = Counter("mqgw_connections_dropped_total",
+                              "Connections the server ended on its own: head_timeout, body_timeout "
+                              "(slow clients) and over_limit (refused: max_connections_per_worker)",
+                              ["reason"])
+DROP_REASONS = ("head_timeout", "body_timeout", "over_limit")
 
 # Pre-bound children: creating them here also makes every series visible (at 0) from the start,
 # so rate() and absent() queries behave before the first event.
@@ -86,6 +91,7 @@ _produced_failed = PRODUCED.labels("failed")
 _fetch_by_status = {s: FETCH_RESPONSES.labels(s) for s in FETCH_STATUSES}
 _acks_by_result = {r: ACKS.labels(r) for r in ACK_RESULTS}
 _dep_errors = {d: DEPENDENCY_ERRORS.labels(d) for d in DEPENDENCIES}
+_dropped = {r: CONNECTIONS_DROPPED.labels(r) for r in DROP_REASONS}
 # (route, method, status) -> (counter child, histogram child); bounded by routes x methods x codes.
 _request_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
@@ -122,6 +128,11 @@ def acked(result: str) -> None:
     _child(_acks_by_result, ACKS, result).inc()
     if result in STALE_ACK_RESULTS:
         STALE_ACKS.inc()
+
+
+def connection_dropped(reason: str) -> None:
+    """A connection the server closed or refused on its own (see gateway/api/server.py)."""
+    _dropped[reason].inc()
 
 
 def dependency_error(dependency: str) -> None:

@@ -1,0 +1,184 @@
+"""The HTTP server's connection rules: uvicorn's httptools protocol with the limits a public
+long-poll server needs, which uvicorn itself does not have.
+
+uvicorn (0.54) arms its keep-alive timer only after a response and cancels it at the first
+byte of the next request, so a connection that sends nothing, or an unfinished request head and
+then a byte every few seconds, is never timed out. 3 x 14,500 such connections filled both
+workers' file limits and took a node offline for about 65 s. Its ``limit_concurrency`` answers
+503 only once a whole request head has arrived, so it does not bound those connections either.
+
+:class:`GatewayHttpProtocol` adds, per connection:
+
+- **idle**: a connection with no request in progress is closed after ``keep_alive_timeout_ms``
+  (from its opening, too, not only between requests);
+- **head**: a request head must arrive whole within ``header_timeout_ms`` of its first byte;
+- **body**: a request body must arrive whole within ``body_timeout_ms`` of its head;
+- **cap**: beyond ``max_connections_per_worker`` open connections a new one gets a ``503`` with
+  ``Connection: close`` at once, so the process keeps descriptors for the ones it serves;
+- **early answers close**: a response sent before its request's body was read whole (an early
+  ``413``) says ``Connection: close`` and closes, since the unread rest of the body would
+  otherwise be parsed as the next request (a pipelined request after it got no answer).
+
+A timed-out head gets ``408`` and a close; a timed-out body only a close (the application may be
+answering it). Long polls are not affected: once a request has arrived whole, it may take as long
+as the application takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import resource
+import time
+from functools import cache
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from ..config import Settings
+from ..ops import metrics
+
+log = logging.getLogger("mqgw.server")
+
+#: Descriptors kept for what is not a client connection (Redis pool, Kafka clients, logs, the
+#: listening socket, the multiprocess metrics files) when the cap is derived from the file limit.
+FD_RESERVE = 512
+#: How long a refused connection stays open (reading and discarding) after its 503.
+LINGER_S = 1.0
+
+
+
+def _answer(status: bytes, code: str, message: str, extra: bytes = b"") -> bytes:
+    """A whole response written by the server itself (the application never sees the request),
+    in the API's error shape, ending the connection."""
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n" + extra +
+            b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+_REFUSED = _answer(b"503 Service Unavailable", "too_many_connections",
+                   "this gateway process holds as many connections as it may; retry shortly",
+                   b"retry-after: 1\r\n")
+_TIMED_OUT = _answer(b"408 Request Timeout", "request_timeout",
+                     "the request head did not arrive in time")
+
+
+@cache
+def limits() -> tuple[float, float, int]:
+    """(header timeout s, body timeout s, connection cap) for this process, from the settings."""
+    s = Settings.load()
+    cap = s.max_connections_per_worker
+    if cap <= 0:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        cap = max(64, soft - FD_RESERVE) if soft != resource.RLIM_INFINITY else 100_000
+    return s.header_timeout_ms / 1000, s.body_timeout_ms / 1000, cap
+
+
+class GatewayHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with head/body timeouts, an idle timeout from the first
+    moment and a per-process connection cap (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_s, self._body_s, self._cap = limits()
+        self._deadline: asyncio.TimerHandle | None = None
+
+    # -- connection ---------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= self._cap:
+            _refused_one(self._cap)
+            # Answer, then close after a moment rather than at once: closing with the client's
+            # request unread makes the kernel reset the connection, and a reset can destroy the
+            # answer before the client reads it. What arrives meanwhile is discarded.
+            self.transport = transport
+            self.parser = None  # type: ignore[assignment]  # nothing more is parsed
+            transport.write(_REFUSED)
+            if transport.can_write_eof():
+                transport.write_eof()
+            self.loop.call_later(LINGER_S, transport.close)
+            return
+        super().connection_made(transport)
+        # uvicorn arms the idle timer only after a response: a silent new connection stays open
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self.parser is None and self not in self.connections:
+            return  # refused at connection_made: uvicorn never saw it
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.parser is None:
+            return  # refused, or closing
+        super().data_received(data)
+
+    # -- request phases -----------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm(self._header_s, self._head_timed_out)
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.more_body:
+            self._arm(self._body_s, self._body_timed_out)
+            send = cycle.send
+
+            async def send_closing_if_early(message: Any) -> None:
+                # An answer before the body was read whole: the rest of the body must not be
+                # taken for the next request, so this connection ends with this response.
+                if message["type"] == "http.response.start" and cycle.more_body:
+                    cycle.keep_alive = False
+                await send(message)
+
+            cycle.send = send_closing_if_early  # type: ignore[method-assign]
+        else:
+            self._disarm()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    # -- timers ---------------------------------------------------------------------------------
+    def _arm(self, seconds: float, fn: Any) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, fn)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _head_timed_out(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            metrics.connection_dropped("head_timeout")
+            log.debug("request head not received within %.1f s: connection closed", self._header_s)
+            self.transport.write(_TIMED_OUT)
+            self.transport.close()
+
+    def _body_timed_out(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            metrics.connection_dropped("body_timeout")
+            log.debug("request body not received within %.1f s: connection closed", self._body_s)
+            if self.cycle is not None and not self.cycle.response_complete:
+                self.cycle.disconnected = True
+                self.cycle.message_event.set()
+            self.transport.close()
+
+
+_last_refusal_log = 0.0
+
+
+def _refused_one(cap: int) -> None:
+    """Count a refused connection; log it at most every 10 s (an attack would flood the log)."""
+    global _last_refusal_log
+    metrics.connection_dropped("over_limit")
+    now = time.monotonic()
+    if now - _last_refusal_log >= 10:
+        _last_refusal_log = now
+        log.warning("connection limit reached (%d per worker): new connections are refused with "
+                    "503 (mqgw_connections_dropped_total{reason=\"over_limit\"})", cap)
