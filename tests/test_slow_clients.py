@@ -14,7 +14,6 @@ import asyncio
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 
