@@ -42,7 +42,7 @@ async def _admin(request: Request) -> Any:
 
 
 async def _object_body(request: Request, gw: Any) -> dict[str, Any]:
-    body = await read_json(request, gw.settings.max_body_bytes)
+    body = await read_json(request, gw.settings.max_body_bytes, required=True)
     if not isinstance(body, dict):
         raise bad_request("invalid_body", "request body must be a JSON object")
     return body

@@ -13,6 +13,7 @@ from ..config import Settings
 from ..core.errors import bad_request
 from ..core.names import check_name, check_topic
 from ..core.registry import ConsumerRecord, DeleteResult, ProducerRecord
+from .numbers import json_int
 
 MODES = ("cluster", "broadcast")
 #: Fields of the consumer API, and every hash field each one owns (PUT replaces all of them).
@@ -37,12 +38,11 @@ def _object(v: Any, what: str) -> dict[str, Any]:
 
 
 def _number(v: Any, code: str, name: str, lo: float, hi: float, integer: bool = True) -> float:
-    ok = type(v) is int or (not integer and type(v) is float)
-    if not ok or not lo <= v <= hi:
+    n: float | None = json_int(v) if integer else (v if type(v) in (int, float) else None)
+    if n is None or not lo <= n <= hi:
         kind = "an integer" if integer else "a number"
         raise bad_request(code, f"{name} must be {kind} between {lo} and {hi}", min=lo, max=hi)
-    n: float = v  # an int stays an int (str() of it has no ".0")
-    return n
+    return n  # an int stays an int (str() of it has no ".0")
 
 
 def _topics(v: Any) -> list[str]:

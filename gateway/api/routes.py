@@ -19,6 +19,7 @@ from ..core.views import queue_rows
 from ..ops import metrics
 from ..store import AckOutcome, Credential, UnlockOutcome, now_ms
 from .errors import ApiError
+from .numbers import query_int, wire_int
 from .wire import ack_body, fetched_body, parse_produce, produced_body
 
 
@@ -33,10 +34,11 @@ def _state(request: Request) -> Any:
     return request.app.state.gw
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    """Read a JSON body, refusing more than ``limit`` bytes before buffering it all."""
+async def read_json(request: Request, limit: int, required: bool = False) -> Any:
+    """Read a JSON body, refusing more than ``limit`` bytes before buffering it all. An empty
+    body is ``{}``, or a 400 where the spec requires a body (``required``)."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and (n := query_int(declared)) is not None and n > limit:
         raise ApiError(413, "body_too_large", f"request body exceeds {limit} bytes", limit=limit)
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -46,6 +48,8 @@ async def read_json(request: Request, limit: int) -> Any:
         chunks.append(chunk)
     raw = b"".join(chunks)
     if not raw:
+        if required:
+            raise bad_request("missing_body", "this request needs a JSON body")
         return {}
     try:
         return orjson.loads(raw)
@@ -53,14 +57,25 @@ async def read_json(request: Request, limit: int) -> Any:
         raise bad_request("invalid_json", "request body is not valid JSON") from None
 
 
-async def _params(request: Request) -> dict[str, Any]:
-    """Query parameters, overlaid with a JSON body for POST (both are accepted everywhere)."""
+#: The parameters of /message, and of /ack and /unlock: anything else is refused, since a typo
+#: (``maxx=5``) would otherwise lock a queue with the default batch size.
+FETCH_PARAMS = frozenset({"consumer", "topic", "clientId", "max", "wait_ms", "encoding", "requestId"})
+BATCH_PARAMS = frozenset({"requestId"})
+
+
+async def _params(request: Request, known: frozenset[str]) -> dict[str, Any]:
+    """Query parameters, overlaid with a JSON body for POST (both are accepted everywhere);
+    names outside ``known`` are refused."""
     params: dict[str, Any] = dict(request.query_params)
     if request.method == "POST":
         body = await read_json(request, _state(request).settings.max_body_bytes)
         if not isinstance(body, dict):
             raise bad_request("invalid_body", "request body must be a JSON object")
         params.update(body)
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise bad_request("unknown_parameter", f"unknown parameter(s): {', '.join(unknown)} "
+                          f"(this endpoint takes {', '.join(sorted(known))})", parameters=unknown)
     return params
 
 
@@ -71,11 +86,8 @@ def _int(params: dict[str, Any], name: str, default: int | None, lo: int, hi: in
     v: Any = params.get(name)
     if (v is None or v == "") and default is not None:
         return default
-    try:
-        n = int(v) if not isinstance(v, bool) else None
-    except (TypeError, ValueError):
-        n = None
-    if n is None or (isinstance(v, float) and v != n):
+    n = wire_int(v)
+    if n is None:
         raise bad_request(code, f"{name} must be an integer")
     if not lo <= n <= hi:
         raise bad_request(code, f"{name} must be between {lo} and {hi}", min=lo, max=hi)
@@ -109,7 +121,7 @@ def client_address(request: Request) -> str:
 async def produce_route(request: Request) -> Response:
     gw = _state(request)
     credential = api_credential(request)
-    body = await read_json(request, gw.settings.max_body_bytes)
+    body = await read_json(request, gw.settings.max_body_bytes, required=True)
     topic, producer, messages = parse_produce(body, gw.settings.max_produce_batch)
     await check_producer(gw.store, credential, gw.settings.open_mode, producer, topic)
     result = await produce(gw.broker, topic, messages)
@@ -131,7 +143,7 @@ async def message_route(request: Request) -> Response:
     gw = _state(request)
     s = gw.settings
     credential = api_credential(request)
-    p = await _params(request)
+    p = await _params(request, FETCH_PARAMS)
     encoding = p.get("encoding") or "utf8"
     if encoding not in ("utf8", "base64"):
         raise bad_request("invalid_encoding", "encoding must be 'utf8' or 'base64'")
@@ -160,7 +172,7 @@ async def message_route(request: Request) -> Response:
 
 
 async def _request_id(request: Request) -> str:
-    p = await _params(request)
+    p = await _params(request, BATCH_PARAMS)
     rid = p.get("requestId")
     if rid is None or rid == "":
         raise bad_request("missing_request_id", "requestId is required")

@@ -19,6 +19,7 @@ from ..core.names import check_name, check_topic
 from ..core.produce import Produced
 from ..core.reset import ResetRequest, ResetResult
 from ..store import AckOutcome, AckResult
+from .numbers import json_int
 
 #: Kafka's field widths (int32 partition, int64 timestamp): larger JSON integers are refused here,
 #: before any record of the batch is handed to the producer.
@@ -85,14 +86,23 @@ def _message(m: Any, i: int, default_enc: str) -> OutgoingMessage:
         if len(headers) > MAX_HEADERS:
             raise TooLarge("too_many_headers", f"messages[{i}] has more than {MAX_HEADERS} headers",
                            index=i, limit=MAX_HEADERS)
-    partition = m.get("partition")
-    if partition is not None and (type(partition) is not int or not 0 <= partition <= MAX_PARTITION):
+    partition = _optional_int(m, "partition")
+    if partition is not None and not 0 <= partition <= MAX_PARTITION:
         raise bad_request("invalid_partition", f"messages[{i}].partition must be an integer >= 0", index=i)
-    ts = m.get("timestamp")
-    if ts is not None and (type(ts) is not int or not 0 <= ts <= MAX_TIMESTAMP):
+    ts = _optional_int(m, "timestamp")
+    if ts is not None and not 0 <= ts <= MAX_TIMESTAMP:
         raise bad_request("invalid_timestamp", f"messages[{i}].timestamp must be ms since the epoch",
                           index=i)
     return OutgoingMessage(value, key, headers, str(partition) if partition is not None else None, ts)
+
+
+def _optional_int(m: dict[str, Any], name: str) -> int | None:
+    """An integer field of a record; absent is None, ``null`` or a non-integer is refused here
+    (-1 is out of every field's range, so the caller's range check names the field)."""
+    if name not in m:
+        return None
+    n = json_int(m[name])
+    return -1 if n is None else n
 
 
 def _bytes(v: Any, enc: str, i: int, name: str) -> bytes | None:
@@ -213,7 +223,11 @@ def reset_request(body: dict[str, Any]) -> ResetRequest:
     extra = set(body) - set(_RESET_FIELDS)
     if extra:
         raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
-    return ResetRequest(**{_RESET_FIELDS[k]: v for k, v in body.items()})
+    values = {_RESET_FIELDS[k]: v for k, v in body.items()}
+    for k in ("timestamp", "offset"):  # 100.0 is an integer to JSON Schema, so to this API
+        if (n := json_int(values.get(k))) is not None:
+            values[k] = n
+    return ResetRequest(**values)
 
 
 def reset_body(r: ResetResult) -> dict[str, Any]:

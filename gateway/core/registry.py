@@ -82,9 +82,10 @@ class Registry:
         if not cfg and not self.settings.open_mode:
             raise not_found("unknown_consumer", f"consumer {group!r} is not registered")
         if cfg.get("registered") == "1":
-            for f in ("topics", "mode"):
-                if f in fields and fields[f] is None:
-                    raise bad_request(f"invalid_{f}", f"a registered consumer needs {f}")
+            if "topics" in fields and fields["topics"] is None:
+                raise bad_request("invalid_topics", "a registered consumer needs topics")
+            if "mode" in fields and fields["mode"] is None:  # back to the default, as PUT does
+                fields = {**fields, "mode": "cluster"}
         elif {"topics", "mode"} & set(fields):  # only a registration holds a consumer to them
             raise bad_request("registration_required", f"consumer {group!r} is not registered: "
                               "topics and mode are enforced only for registered consumers "

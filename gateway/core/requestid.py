@@ -12,9 +12,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 from dataclasses import dataclass
 
-from .errors import bad_request
+from .errors import Invalid, bad_request
 
 _VERSION = "1"
 _FIELDS = 10
@@ -35,6 +36,14 @@ class BatchRef:
     high_watermark: int = -1  # learned from the fetch; the ack raises the stored max offset to it
 
 
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
+_INT = re.compile(r"-?[0-9]{1,19}")
+
+
+def _malformed(why: str) -> Invalid:
+    return bad_request("invalid_request_id", f"requestId is malformed: {why}")
+
+
 class RequestIdCodec:
     def __init__(self, key: str) -> None:
         self._key = key.encode()
@@ -52,21 +61,27 @@ class RequestIdCodec:
 
     def decode(self, text: str) -> BatchRef:
         """Verify and unpack; any tampering or garbage gives a 400 ``invalid_request_id``."""
-        if not isinstance(text, str) or not text or len(text) > 2048:
-            raise bad_request("invalid_request_id", "requestId is missing or malformed")
+        if not isinstance(text, str) or not text or len(text) > 2048 or not _B64URL.fullmatch(text):
+            raise _malformed("not unpadded base64url")
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         except (ValueError, TypeError):
-            raise bad_request("invalid_request_id", "requestId is not valid base64url") from None
+            raise _malformed("not unpadded base64url") from None
+        # One spelling per requestId: the decoder also takes stray bits in the last character,
+        # which would make several strings name the same batch.
+        if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != text:
+            raise _malformed("not canonical base64url")
         payload, sig = raw[:-_SIG_BYTES], raw[-_SIG_BYTES:]
-        if len(raw) <= _SIG_BYTES or not hmac.compare_digest(sig, self._sign(payload)):
-            raise bad_request("invalid_request_id", "requestId signature does not match")
         parts = payload.decode("utf-8", "replace").split(_SEP)
-        if len(parts) != _FIELDS or parts[0] != _VERSION:
+        if len(raw) <= _SIG_BYTES or len(parts) != _FIELDS:  # the layout is public; the key is not
+            raise _malformed("not one that /message handed out")
+        if not hmac.compare_digest(sig, self._sign(payload)):
+            raise bad_request("invalid_request_id", "requestId signature does not match: it was "
+                              "altered, or signed with another gateway's key")
+        if parts[0] != _VERSION:
             raise bad_request("invalid_request_id", "requestId version is not supported")
         _, broker, group, client_id, topic, queue, off, nxt, tok, hw = parts
-        try:
-            nums = [int(x) for x in (off, nxt, tok, hw)]
-        except ValueError:  # signed with our key, yet not made by us: a leaked key, or a bug
-            raise bad_request("invalid_request_id", "requestId is malformed") from None
-        return BatchRef(broker, group, client_id, topic, queue, *nums)
+        if not all(_INT.fullmatch(x) for x in (off, nxt, tok, hw)):
+            # signed with our key, yet not made by us: a leaked key, or a bug
+            raise _malformed("its numbers are not integers")
+        return BatchRef(broker, group, client_id, topic, queue, int(off), int(nxt), int(tok), int(hw))
