@@ -58,7 +58,7 @@ class Service:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _spawn(cmd: list[str], log_path: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def spawn(cmd: list[str], log_path: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
@@ -70,7 +70,7 @@ def start_redis(port: int | None = None) -> Service:
         raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
     port = port or free_port()
     work = tempfile.mkdtemp(prefix="mqgw-redis-")
-    proc = _spawn([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+    proc = spawn([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                    "--dir", work, "--protected-mode", "no", "--maxclients", "10000"],
                   os.path.join(work, "redis.log"))
     wait_port(port, proc=proc)
@@ -88,7 +88,7 @@ def start_broker(port: int | None = None) -> Service:
     work = tempfile.mkdtemp(prefix="mqgw-tansu-")
     url = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
-    proc = _spawn([broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+    proc = spawn([broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
                   os.path.join(work, "tansu.log"), env)
     wait_port(port, proc=proc)
     return Service("broker", port, proc, work, {"bootstrap": f"127.0.0.1:{port}"})
@@ -154,7 +154,7 @@ def start_redis_cluster(size: int = 3) -> RedisCluster:
         for _ in range(size):
             port = _cluster_port()
             work = tempfile.mkdtemp(prefix="mqgw-rcluster-")
-            proc = _spawn([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            proc = spawn([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                            "--appendonly", "no", "--dir", work, "--cluster-enabled", "yes",
                            "--cluster-config-file", os.path.join(work, "nodes.conf")],
                           os.path.join(work, "redis.log"))

@@ -1,0 +1,165 @@
+"""Apache Kafka itself, on loopback, from its Maven Central jars: the reference broker for the
+tests and ``make run`` (issue 11), beside Tansu, the stand-in that starts in milliseconds.
+
+The machines reach package registries only (no release tarballs), so the broker is what an
+embedded-Kafka test harness runs: ``org.apache.kafka:kafka_2.13`` and its runtime dependencies,
+resolved once by Maven into a cache directory, then ``java -cp '<dir>/*' kafka.Kafka`` on a
+generated ``server.properties`` in KRaft combined mode (one process is broker and controller),
+after formatting its storage. Measured here: the first resolution took 22 s (46 jars, 43 MB);
+a cached start takes a few seconds; the broker's RSS is about 330 MB with ``-Xmx512m``.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from .devstack import Service, free_port, spawn, wait_port
+
+#: The Apache Kafka release (Kafka 4 brokers need Java 17, which the machines have).
+VERSION = "4.1.1"
+#: slf4j-api 1.7 is what kafka_2.13 4.1 brings; this binding sends its log to the broker's log file.
+SLF4J_BINDING = "org.slf4j:slf4j-simple:1.7.36"
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>mqgw</groupId><artifactId>kafka-dist</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{version}</version>
+    </dependency>
+    <dependency>
+      <groupId>{bg}</groupId><artifactId>{ba}</artifactId><version>{bv}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+_PROPERTIES = """process.roles=broker,controller
+node.id={node_id}
+controller.quorum.voters={voters}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs={data}
+num.partitions=1
+default.replication.factor={replication}
+min.insync.replicas={min_isr}
+offsets.topic.replication.factor={replication}
+transaction.state.log.replication.factor={replication}
+transaction.state.log.min.isr={min_isr}
+share.coordinator.state.topic.replication.factor={replication}
+share.coordinator.state.topic.min.isr={min_isr}
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+log.segment.bytes=16777216
+"""
+
+
+def dist_dir() -> Path:
+    """Where the jars are kept: ``MQGW_KAFKA_DIST``, else ``~/.cache/mqgw/kafka-<version>``."""
+    given = os.environ.get("MQGW_KAFKA_DIST")
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mqgw"
+    return Path(given) if given else base / f"kafka-{VERSION}"
+
+
+def resolve(timeout: float = 900.0) -> Path:
+    """The directory of the broker's jars, resolving them with Maven the first time.
+
+    Several processes may ask at once (parallel tests, two ``make run``): one resolves under a
+    lock, into a temporary directory renamed into place, so nobody sees half a directory."""
+    target = dist_dir()
+    if (target / ".complete").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / ".complete").exists():
+            return target
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise RuntimeError("Apache Kafka is started from its Maven Central jars: install Maven "
+                               "(Debian: apt-get install maven) and Java 17")
+        work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            bg, ba, bv = SLF4J_BINDING.split(":")
+            (work / "pom.xml").write_text(_POM.format(version=VERSION, bg=bg, ba=ba, bv=bv))
+            out = subprocess.run([mvn, "-q", "-B", "dependency:copy-dependencies",
+                                  f"-DoutputDirectory={work / 'libs'}", "-DincludeScope=runtime"],
+                                 cwd=work, capture_output=True, text=True, timeout=timeout)
+            if out.returncode != 0:
+                raise RuntimeError(f"mvn could not resolve Apache Kafka {VERSION}:\n"
+                                   f"{(out.stdout + out.stderr)[-3000:]}")
+            shutil.rmtree(target, ignore_errors=True)
+            (work / "libs").rename(target)
+            (target / ".complete").write_text(VERSION)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("Apache Kafka needs Java 17 (Debian: apt-get install openjdk-17-jre-headless)")
+    return java
+
+
+def start_kafka(port: int | None = None, heap: str = "512m", timeout: float = 90.0) -> Service:
+    """One Apache Kafka node in KRaft combined mode on loopback, storage in a temporary directory
+    (removed by ``stop()``). ``extra["bootstrap"]`` is its address, as with ``start_broker``."""
+    libs = resolve()
+    port = port or free_port()
+    controller_port = free_port()
+    work = tempfile.mkdtemp(prefix="mqgw-kafka-")
+    props = Path(work) / "server.properties"
+    props.write_text(_PROPERTIES.format(
+        node_id=1, voters=f"1@127.0.0.1:{controller_port}", port=port,
+        controller_port=controller_port, data=Path(work) / "data", replication=1, min_isr=1))
+    cp = f"{libs}/*"
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    fmt = subprocess.run([_java(), "-Xmx256m", "-cp", cp, "kafka.tools.StorageTool", "format",
+                          "-t", cluster_id, "-c", str(props)],
+                         capture_output=True, text=True, timeout=120)
+    if fmt.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        raise RuntimeError(f"formatting Kafka's storage failed:\n{(fmt.stdout + fmt.stderr)[-3000:]}")
+    log = os.path.join(work, "kafka.log")
+    proc = spawn([_java(), f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseSerialGC",
+                  "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp, "kafka.Kafka",
+                  str(props)], log)
+    svc = Service("kafka", port, proc, work, {"bootstrap": f"127.0.0.1:{port}"})
+    try:
+        wait_port(port, timeout=timeout, proc=proc)
+        _wait_ready(svc.extra["bootstrap"], time.monotonic() + timeout, proc)
+    except BaseException as e:
+        tail = Path(log).read_text(errors="replace")[-3000:] if Path(log).exists() else ""
+        svc.stop()
+        raise RuntimeError(f"Apache Kafka did not start: {e}\n{tail}") from e
+    return svc
+
+
+def _wait_ready(bootstrap: str, deadline: float, proc: subprocess.Popen) -> None:
+    """Until the broker answers a metadata request listing itself (the controller elected)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.returncode}")
+        try:
+            if admin.list_topics(timeout=2).brokers:
+                return
+        except Exception:  # noqa: BLE001 - not up yet
+            time.sleep(0.2)
+    raise TimeoutError("no metadata answer")
