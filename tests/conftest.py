@@ -32,13 +32,25 @@ def redis_url() -> Iterator[str]:
         svc.stop()
 
 
+#: The broker the suite runs on: ``tansu`` (the stand-in, default for now) or ``kafka`` (Apache
+#: Kafka from its Maven jars, gateway/cli/kafka_dist.py). ``KAFKA_BOOTSTRAP`` wins over both.
+TEST_BROKER = os.environ.get("MQGW_TEST_BROKER", "tansu")
+
+
 @pytest.fixture(scope="session")
 def bootstrap() -> Iterator[str]:
     external = os.environ.get("KAFKA_BOOTSTRAP")
     if external:
         yield external
         return
-    svc = devstack.start_broker()
+    if TEST_BROKER not in ("tansu", "kafka"):
+        raise pytest.UsageError(f"MQGW_TEST_BROKER={TEST_BROKER!r}: use tansu or kafka")
+    if TEST_BROKER == "kafka":
+        from gateway.cli.kafka_dist import start_kafka
+
+        svc = start_kafka()
+    else:
+        svc = devstack.start_broker()
     try:
         yield svc.extra["bootstrap"]
     finally:
