@@ -22,6 +22,9 @@ system:
 	@command -v java >/dev/null 2>&1 || { \
 	  echo "installing a Java runtime (Debian package; the PySpark report job needs it)"; \
 	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq openjdk-17-jre-headless >/dev/null; }
+	@command -v mvn >/dev/null 2>&1 || { \
+	  echo "installing maven (Debian package; Apache Kafka is started from its Maven Central jars)"; \
+	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq maven >/dev/null; }
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing chromium (Debian package; tests render the lag report with it)"; \
 	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq chromium >/dev/null; }

@@ -23,6 +23,10 @@ def listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+#: The broker `make run` would start; the suite's broker setting (MQGW_TEST_BROKER) picks it.
+BROKER = os.environ.get("MQGW_TEST_BROKER", "tansu")
+
+
 @pytest.mark.slow  # the whole `make run` stack: Redis, broker, gateway, snapshots
 @pytest.mark.timeout(90)
 def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
@@ -33,8 +37,8 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
     log = tmp_path / "dev.log"
     with open(log, "wb") as out:  # the child keeps its own descriptor
         proc = subprocess.Popen([sys.executable, "-m", "gateway", "dev", "--port", str(port),
-                                 "--workers", "1"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                 "--workers", "1", "--broker", BROKER], cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while "Ctrl-C stops" not in log.read_text() and time.monotonic() < deadline:
@@ -42,7 +46,8 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
             time.sleep(0.1)
         text = log.read_text()
         redis_port = int(re.search(r"redis://127\.0\.0\.1:(\d+)", text).group(1))
-        broker_port = int(re.search(r"broker \(Tansu\)\s+127\.0\.0\.1:(\d+)", text).group(1))
+        broker_port = int(re.search(r"broker \((?:Tansu|Apache Kafka [0-9.]+)\)\s+127\.0\.0\.1:(\d+)",
+                                    text).group(1))
         base = f"http://127.0.0.1:{port}"
         assert f"curl -s -XPOST {base}/produce" in text
         r = httpx.post(base + "/produce", json={"topic": "demo", "messages": [{"value": "hi"}]})

@@ -73,6 +73,10 @@ def dist_dir() -> Path:
     return Path(given) if given else base / f"kafka-{VERSION}"
 
 
+def is_resolved() -> bool:
+    return (dist_dir() / ".complete").exists()
+
+
 def resolve(timeout: float = 900.0) -> Path:
     """The directory of the broker's jars, resolving them with Maven the first time.
 

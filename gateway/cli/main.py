@@ -90,10 +90,22 @@ def dev(args: argparse.Namespace) -> int:
             env["MQGW_REDIS_URL"] = r.extra["url"]
             print(f"started redis-server      {r.extra['url']}")
         if not (env.get("KAFKA_BOOTSTRAP") or env.get("MQGW_KAFKA_BOOTSTRAP")):
-            b = devstack.start_broker()
+            if args.broker == "kafka":
+                from . import kafka_dist
+
+                t0 = time.monotonic()
+                first = not kafka_dist.is_resolved()
+                if first:
+                    print(f"resolving Apache Kafka {kafka_dist.VERSION} from Maven Central "
+                          f"into {kafka_dist.dist_dir()} (once; ~30 s)", flush=True)
+                b = kafka_dist.start_kafka()
+                print(f"started broker (Apache Kafka {kafka_dist.VERSION}) {b.extra['bootstrap']}"
+                      f"   in {time.monotonic() - t0:.0f} s")
+            else:
+                b = devstack.start_broker()
+                print(f"started broker (Tansu)    {b.extra['bootstrap']}")
             started.append(b)
             env["MQGW_KAFKA_BOOTSTRAP"] = b.extra["bootstrap"]
-            print(f"started broker (Tansu)    {b.extra['bootstrap']}")
             devstack.create_topic(b.extra["bootstrap"], "demo", 6)
             print("created topic            demo (6 partitions)")
         snap_dir = env.get("MQGW_SNAPSHOT_DIR") or "snapshots"
@@ -162,6 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--host", default=os.environ.get("MQGW_HOST", "127.0.0.1"))
         p.add_argument("--port", type=int, default=int(os.environ.get("MQGW_PORT", "8080")))
         p.add_argument("--workers", type=int, default=int(os.environ.get("MQGW_WORKERS", "2")))
+        if name == "dev":
+            p.add_argument("--broker", choices=("kafka", "tansu"),
+                           default=os.environ.get("MQGW_DEV_BROKER", "kafka"),
+                           help="the broker to start when KAFKA_BOOTSTRAP is not set: Apache Kafka "
+                                "from its Maven jars (default; needs Java 17 and Maven), or Tansu, "
+                                "the stand-in that starts in milliseconds (it under-reports end "
+                                "offsets: see README, Known limitations)")
         p.set_defaults(fn=fn)
     admin_cli.add_commands(sub)
     p = sub.add_parser("snapshot", help="sample every consumer's queue state into Parquet files")

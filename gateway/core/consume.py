@@ -189,7 +189,11 @@ class ConsumeService:
                 looked_again = True  # records came during choose: look again, once, not in a loop
             else:
                 looked_again = False
-                await self.room.wait(key, remaining, self._recheck_s(chosen))
+                if not await self.room.wait(key, remaining, self._recheck_s(chosen, bool(skip))):
+                    # The wait ran out and nothing woke it: nothing came that it could take (new
+                    # records, a freed queue and lock expiry all wake a waiter). No last choose:
+                    # it would cost every idle poll a second script per cycle.
+                    return Fetched(FetchStatus.EMPTY, p.topic, ack=acked)
                 waited = True
             skip.clear()
 
@@ -208,11 +212,13 @@ class ConsumeService:
             self._seen[group] = now
             await self.store.mark_seen(group)
 
-    def _recheck_s(self, none: NoQueue) -> float:
-        """When a poll that found nothing should re-run choose unprompted (see waiting.py)."""
+    def _recheck_s(self, none: NoQueue, skipped: bool) -> float:
+        """When a poll that found nothing should re-run choose unprompted (see waiting.py).
+        ``skipped``: it passed over queues whose read came back empty although they hold a
+        backlog (a slow broker, a tail race); nothing will signal them, so look again soon."""
         if none.wake_ms >= 0:  # a lock over a backlog expires then (or is freed sooner elsewhere)
             return min(RECHECK_S, max(0.0, (none.wake_ms - now_ms()) / 1000) + 0.002)
-        return IDLE_RECHECK_S
+        return RECHECK_S if skipped else IDLE_RECHECK_S
 
     async def _give_back(self, p: FetchParams, lock: Lock) -> None:
         await self.store.unlock(p.group, p.client_id, p.topic, lock.queue, lock.token)

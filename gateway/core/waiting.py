@@ -40,14 +40,14 @@ Key = tuple[str, str, str]
 class _Line:
     """The waiters of one key, oldest first, and the key's one re-check timer."""
 
-    waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+    waiters: deque[asyncio.Future[bool]] = field(default_factory=deque)
     timer: asyncio.TimerHandle | None = None
     due: float = 0.0  # loop time the timer fires at
 
 
-def _settle(fut: asyncio.Future[None]) -> None:
+def _expire(fut: asyncio.Future[bool]) -> None:
     if not fut.done():
-        fut.set_result(None)
+        fut.set_result(False)  # timed out, not woken
 
 
 class WaitRoom:
@@ -67,21 +67,22 @@ class WaitRoom:
         """How many polls wait here now (for metrics and tests)."""
         return sum(len(line.waiters) for line in self._lines.values())
 
-    async def wait(self, key: Key, timeout_s: float, recheck_s: float) -> None:
-        """Wait until woken, or ``timeout_s`` passes. ``recheck_s``: when this poll wants to re-run
-        choose even if nothing is seen to change (only the oldest waiter of a key gets to)."""
+    async def wait(self, key: Key, timeout_s: float, recheck_s: float) -> bool:
+        """Wait until woken (True), or ``timeout_s`` passes (False). ``recheck_s``: when this poll
+        wants to re-run choose even if nothing is seen to change (only the oldest waiter of a key
+        gets to)."""
         loop = asyncio.get_running_loop()
         line = self._lines.get(key)
         if line is None:
             line = self._lines[key] = _Line()
             self._by_topic.setdefault(key[0], set()).add(key)
-        fut: asyncio.Future[None] = loop.create_future()
+        fut: asyncio.Future[bool] = loop.create_future()
         line.waiters.append(fut)
         self._arm(key, line, loop.time() + recheck_s)
         self._watch(key[0])
-        expiry = loop.call_later(timeout_s, _settle, fut)
+        expiry = loop.call_later(timeout_s, _expire, fut)
         try:
-            await fut
+            return await fut
         finally:
             expiry.cancel()
             if not fut.done():
@@ -95,12 +96,12 @@ class WaitRoom:
         while line is not None and woken < n and line.waiters:
             fut = line.waiters.popleft()
             if not fut.done():
-                fut.set_result(None)
+                fut.set_result(True)
                 woken += 1
         return woken
 
     # -- internals ----------------------------------------------------------------------------
-    def _leave(self, key: Key, line: _Line, fut: asyncio.Future[None]) -> None:
+    def _leave(self, key: Key, line: _Line, fut: asyncio.Future[bool]) -> None:
         try:
             line.waiters.remove(fut)
         except ValueError:
@@ -132,10 +133,15 @@ class WaitRoom:
             self._arm(key, line, asyncio.get_running_loop().time() + self._fallback_s)
 
     def _watch(self, topic: str) -> None:
-        if topic not in self._watchers:
-            task = asyncio.ensure_future(self._watcher(topic))
+        running = self._watchers.get(topic)
+        if running is None or running.done():  # done: it saw no waiter left, and its callback
+            task = asyncio.ensure_future(self._watcher(topic))  # has not run yet
             self._watchers[topic] = task
-            task.add_done_callback(lambda _t: self._watchers.pop(topic, None))
+            task.add_done_callback(lambda t: self._forget(topic, t))
+
+    def _forget(self, topic: str, task: asyncio.Task[None]) -> None:
+        if self._watchers.get(topic) is task:  # not a newer watcher of the same topic
+            del self._watchers[topic]
 
     async def _watcher(self, topic: str) -> None:
         """While polls wait on ``topic``: wake as many per key as queues got new records."""
