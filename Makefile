@@ -40,8 +40,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: deps
 	$(BIN)/python -m gateway dev
 
+# The suite on both brokers: Tansu (the stand-in), then Apache Kafka from its Maven jars.
 test: deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	MQGW_TEST_BROKER=kafka $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The inner loop: everything but the tests marked slow (Spark, Chromium, Redis Cluster, volume and
 # multi-node timing tests, 30 s long polls; see the marker in pyproject.toml): under two minutes on
