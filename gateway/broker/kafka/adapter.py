@@ -166,33 +166,40 @@ class KafkaBroker(Broker):
         parts = await self._partitions(topic, fresh=True)
         tps = [TopicPartition(topic, p) for p in parts]
         try:
-            earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
-            lo_f = self._admin.list_offsets({tp: earliest for tp in tps}, request_timeout=5)
-            hi_f = self._admin.list_offsets({tp: latest for tp in tps}, request_timeout=5)
-            out: dict[str, tuple[int, int]] = {}
-            lagging = False
-            for tp in tps:
-                try:
-                    lo = (await asyncio.wrap_future(lo_f[tp])).offset
-                    hi = (await asyncio.wrap_future(hi_f[tp])).offset
-                except KafkaException as e:
-                    # A partition just added (CreatePartitions) that the admin client's metadata
-                    # does not know yet: left out until it does, not "no such topic". Measured on
-                    # Apache Kafka 4.1: the whole topic answered 404 for as long as that lasted.
-                    if e.args and e.args[0].code() in _UNKNOWN and len(tps) > 1:
-                        lagging = True
-                        continue
-                    raise
-                out[str(tp.partition)] = (max(lo, 0), max(hi, 0))
-            if lagging:  # the admin client refreshes its metadata only every 5 minutes by itself
+            out, lagging = await self._list_offsets(tps)
+            if lagging:
+                # The metadata consumer knows partitions (or a whole new topic) that the admin
+                # client does not yet: it refreshes its metadata only every 5 minutes by itself.
+                # Measured on Apache Kafka 4.1: after CreatePartitions the whole topic answered
+                # 404 for as long as that lasted, and a topic just created did now and then.
                 await self._run(self._refresh_admin_metadata, topic)
+                out, lagging = await self._list_offsets(tps)
             if not out:
                 raise UnknownTopic(topic)
-            return out
+            return out  # a partition still unknown to the admin client is left out until it knows
         except KafkaException as e:
             if e.args and e.args[0].code() in _UNKNOWN:
                 raise UnknownTopic(topic) from None
             raise BrokerUnavailable(str(e)) from None
+
+    async def _list_offsets(self, tps: list[TopicPartition]) -> tuple[dict[str, tuple[int, int]], bool]:
+        """(low and high watermark per partition, whether some partition was unknown)."""
+        earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        lo_f = self._admin.list_offsets({tp: earliest for tp in tps}, request_timeout=5)
+        hi_f = self._admin.list_offsets({tp: latest for tp in tps}, request_timeout=5)
+        out: dict[str, tuple[int, int]] = {}
+        lagging = False
+        for tp in tps:
+            try:
+                lo = (await asyncio.wrap_future(lo_f[tp])).offset
+                hi = (await asyncio.wrap_future(hi_f[tp])).offset
+            except KafkaException as e:
+                if e.args and e.args[0].code() in _UNKNOWN:
+                    lagging = True
+                    continue
+                raise
+            out[str(tp.partition)] = (max(lo, 0), max(hi, 0))
+        return out, lagging
 
     async def offset_for_time(self, topic: str, queue: str, timestamp_ms: int) -> int:
         def look() -> int:
