@@ -27,7 +27,7 @@ from .registry_wire import (
     producer_topics,
     registration_fields,
 )
-from .routes import JSON, api_credential, read_json
+from .routes import JSON, api_credential, check_query, read_json
 from .wire import key_body, reset_body, reset_request
 
 
@@ -46,6 +46,12 @@ async def _object_body(request: Request, gw: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise bad_request("invalid_body", "request body must be a JSON object")
     return body
+
+
+#: The query parameters of the admin operations that take any; check_query refuses others.
+_DELETE_PARAMS = frozenset({"deleteOffsets"})
+_BACKLOG_PARAMS = frozenset({"consumer", "age"})
+_ALERTS_PARAMS = frozenset({"all"})
 
 
 def _flag(request: Request, name: str, default: bool = False) -> bool:
@@ -68,6 +74,7 @@ async def consumer_route(request: Request) -> Response:
     if request.method == "GET":
         return JSON(consumer_body(await gw.registry.get_consumer(group), gw.settings))
     if request.method == "DELETE":
+        check_query(request, _DELETE_PARAMS)
         return JSON(delete_body(await gw.registry.delete_consumer(group, _flag(request, "deleteOffsets"))))
     body = await _object_body(request, gw)
     if request.method == "PUT":
@@ -148,6 +155,7 @@ async def key_route(request: Request) -> Response:
 # -- backlog and alerts ----------------------------------------------------------------------
 async def backlog_route(request: Request) -> Response:
     gw = await _admin(request)
+    check_query(request, _BACKLOG_PARAMS, lists=frozenset({"consumer"}))
     names = [check_name(c, "consumer") for c in request.query_params.getlist("consumer")]
     rows = await backlog.collect(gw, names or None, with_age=_flag(request, "age", default=True))
     return JSON({"consumers": rows, "generatedMs": now_ms()})
@@ -155,6 +163,7 @@ async def backlog_route(request: Request) -> Response:
 
 async def alerts_route(request: Request) -> Response:
     gw = await _admin(request)
+    check_query(request, _ALERTS_PARAMS)
     include_all = _flag(request, "all")
     if request.method == "POST":  # /admin/alerts/evaluate
         await gw.alerts.evaluate_now()

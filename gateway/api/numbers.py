@@ -4,9 +4,13 @@ JSON bodies: a JSON integer, or a number with no fractional part (``100.0``: JSO
 as an integer, and so do the schema-driven clients that send it). Not ``true``/``false``
 (Python's ``bool`` is an ``int``), not ``100.5``, not a string.
 
-Query strings: ASCII digits with an optional leading ``-``, nothing else. Python's ``int()``
-also takes ``+5``, `` 5``, ``1_0`` and digits of any script (``٣``, ``１``), which the spec does
-not allow and which a cache or proxy in front would treat as different values.
+Query strings: ASCII digits with an optional leading ``-`` (so that ``-1`` is told it is out of
+range rather than not a number), nothing else, not even an empty value. Python's ``int()`` also
+takes ``+5``, `` 5``, ``1_0`` and digits of any script (``٣``, ``１``), which the spec does not
+allow and which a cache or proxy in front would treat as different values.
+
+Which of the two applies depends on where a value came from, never on its Python type: a JSON
+string ``"5"`` in a body is a string, not an integer.
 """
 
 from __future__ import annotations
@@ -29,8 +33,3 @@ def json_int(v: Any) -> int | None:
 def query_int(text: str) -> int | None:
     """A query-string integer (``-?[0-9]+``, ASCII only), else None."""
     return int(text) if _QUERY_INT.fullmatch(text) else None
-
-
-def wire_int(v: Any) -> int | None:
-    """A parameter that may come from the query string (``str``) or a JSON body (anything)."""
-    return query_int(v) if isinstance(v, str) else json_int(v)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -19,7 +22,7 @@ from ..core.views import queue_rows
 from ..ops import metrics
 from ..store import AckOutcome, Credential, UnlockOutcome, now_ms
 from .errors import ApiError
-from .numbers import query_int, wire_int
+from .numbers import json_int, query_int
 from .wire import ack_body, fetched_body, parse_produce, produced_body
 
 
@@ -63,35 +66,64 @@ FETCH_PARAMS = frozenset({"consumer", "topic", "clientId", "max", "wait_ms", "en
 BATCH_PARAMS = frozenset({"requestId"})
 
 
-async def _params(request: Request, known: frozenset[str]) -> dict[str, Any]:
-    """Query parameters, overlaid with a JSON body for POST (both are accepted everywhere);
-    names outside ``known`` are refused."""
-    params: dict[str, Any] = dict(request.query_params)
+def check_query(request: Request, known: frozenset[str], lists: frozenset[str] = frozenset(),
+                body: Iterable[str] = ()) -> None:
+    """Refuse a query string (and the ``body`` field names given with it) that names a parameter
+    the operation does not take (``unknown_parameter``), or that repeats one that is not a list
+    (``repeated_parameter``). A typo must not silently change what a call does
+    (``deleteOffset=true`` would keep the offsets), and of ``max=1&max=1000`` a proxy or a cache
+    in front may take another value than the gateway would."""
+    names = Counter(k for k, _ in request.query_params.multi_items())
+    unknown = sorted((names.keys() | set(body)) - known)
+    if unknown:
+        raise bad_request("unknown_parameter", f"unknown parameter(s): {', '.join(unknown)} "
+                          f"(this endpoint takes {', '.join(sorted(known)) or 'none'})",
+                          parameters=unknown)
+    repeated = sorted(n for n, count in names.items() if count > 1 and n not in lists)
+    if repeated:
+        raise bad_request("repeated_parameter", f"parameter(s) given more than once: "
+                          f"{', '.join(repeated)}", parameters=repeated)
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """The parameters of /message, /ack and /unlock: the query string overlaid with a JSON body
+    (POST). A body field wins, and ``null`` in a body is the same as leaving the field out."""
+
+    query: Mapping[str, str]
+    body: Mapping[str, Any]
+
+    def get(self, name: str) -> Any:
+        v = self.body.get(name)
+        return self.query.get(name) if v is None else v
+
+    def integer(self, name: str, default: int, lo: int, hi: int) -> int:
+        """An integer in [lo, hi], else ``400 invalid_<name>``. Read by where it came from
+        (gateway/api/numbers.py): a JSON number in a body, ASCII digits in a query string."""
+        v = self.body.get(name)
+        if v is not None:
+            n = json_int(v)
+        elif name in self.query:
+            n = query_int(self.query[name])
+        else:
+            return default
+        if n is None:
+            raise bad_request(f"invalid_{name}", f"{name} must be an integer", parameter=name)
+        if not lo <= n <= hi:
+            raise bad_request(f"invalid_{name}", f"{name} must be between {lo} and {hi}",
+                              parameter=name, min=lo, max=hi)
+        return n
+
+
+async def _params(request: Request, known: frozenset[str]) -> Params:
+    """Query parameters and, for POST, a JSON object body; names outside ``known`` are refused."""
+    body: Any = {}
     if request.method == "POST":
         body = await read_json(request, _state(request).settings.max_body_bytes)
         if not isinstance(body, dict):
             raise bad_request("invalid_body", "request body must be a JSON object")
-        params.update(body)
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise bad_request("unknown_parameter", f"unknown parameter(s): {', '.join(unknown)} "
-                          f"(this endpoint takes {', '.join(sorted(known))})", parameters=unknown)
-    return params
-
-
-def _int(params: dict[str, Any], name: str, default: int | None, lo: int, hi: int,
-         code: str = "") -> int:
-    """An integer parameter in [lo, hi]; absent gives ``default`` (None: the value is required)."""
-    code = code or f"invalid_{name}"
-    v: Any = params.get(name)
-    if (v is None or v == "") and default is not None:
-        return default
-    n = wire_int(v)
-    if n is None:
-        raise bad_request(code, f"{name} must be an integer")
-    if not lo <= n <= hi:
-        raise bad_request(code, f"{name} must be between {lo} and {hi}", min=lo, max=hi)
-    return n
+    check_query(request, known, body=body)
+    return Params(request.query_params, body)
 
 
 def api_credential(request: Request) -> Credential | None:
@@ -144,10 +176,12 @@ async def message_route(request: Request) -> Response:
     s = gw.settings
     credential = api_credential(request)
     p = await _params(request, FETCH_PARAMS)
-    encoding = p.get("encoding") or "utf8"
-    if encoding not in ("utf8", "base64"):
+    encoding = p.get("encoding")
+    if encoding is None:
+        encoding = "utf8"
+    elif encoding not in ("utf8", "base64"):  # ``encoding=`` too: an empty value is no default
         raise bad_request("invalid_encoding", "encoding must be 'utf8' or 'base64'")
-    rid = p.get("requestId")
+    rid = p.get("requestId")  # absent or empty: no piggy-backed ack
     if rid is None:
         rid = ""
     if not isinstance(rid, str):
@@ -156,8 +190,8 @@ async def message_route(request: Request) -> Response:
         group=check_name(p.get("consumer"), "consumer"),
         client_id=check_name(p.get("clientId"), "clientId", required=False),
         topic=check_topic(p.get("topic")),
-        max_messages=_int(p, "max", s.default_max_messages, 1, s.max_messages),
-        wait_ms=_int(p, "wait_ms", 0, 0, s.max_wait_ms),
+        max_messages=p.integer("max", s.default_max_messages, 1, s.max_messages),
+        wait_ms=p.integer("wait_ms", 0, 0, s.max_wait_ms),
         address=client_address(request),
         ack_request_id=rid,
         credential=credential,

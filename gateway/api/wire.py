@@ -97,11 +97,13 @@ def _message(m: Any, i: int, default_enc: str) -> OutgoingMessage:
 
 
 def _optional_int(m: dict[str, Any], name: str) -> int | None:
-    """An integer field of a record; absent is None, ``null`` or a non-integer is refused here
-    (-1 is out of every field's range, so the caller's range check names the field)."""
-    if name not in m:
+    """An integer field of a record; absent or ``null`` is None ("not given", as for ``key`` and
+    ``headers``), a non-integer is refused here (-1 is out of every field's range, so the
+    caller's range check names the field)."""
+    v = m.get(name)
+    if v is None:
         return None
-    n = json_int(m[name])
+    n = json_int(v)
     return -1 if n is None else n
 
 
@@ -224,7 +226,8 @@ def reset_request(body: dict[str, Any]) -> ResetRequest:
     if extra:
         raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
     values = {_RESET_FIELDS[k]: v for k, v in body.items()}
-    for k in ("timestamp", "offset"):  # 100.0 is an integer to JSON Schema, so to this API
+    # 100.0 is an integer to JSON Schema, so to this API (a queue may be given as its number)
+    for k in ("timestamp", "offset", "queue"):
         if (n := json_int(values.get(k))) is not None:
             values[k] = n
     return ResetRequest(**values)

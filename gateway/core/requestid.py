@@ -38,6 +38,8 @@ class BatchRef:
 
 _B64URL = re.compile(r"[A-Za-z0-9_-]+")
 _INT = re.compile(r"-?[0-9]{1,19}")
+#: Offsets and lock tokens are 64-bit integers: a wider number was not made by a gateway.
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 def _malformed(why: str) -> Invalid:
@@ -80,8 +82,10 @@ class RequestIdCodec:
                               "altered, or signed with another gateway's key")
         if parts[0] != _VERSION:
             raise bad_request("invalid_request_id", "requestId version is not supported")
-        _, broker, group, client_id, topic, queue, off, nxt, tok, hw = parts
-        if not all(_INT.fullmatch(x) for x in (off, nxt, tok, hw)):
+        _, broker, group, client_id, topic, queue, *texts = parts
+        numbers = [int(x) for x in texts if _INT.fullmatch(x)]
+        if len(numbers) != len(texts) or not all(_INT64[0] <= n <= _INT64[1] for n in numbers):
             # signed with our key, yet not made by us: a leaked key, or a bug
-            raise _malformed("its numbers are not integers")
-        return BatchRef(broker, group, client_id, topic, queue, int(off), int(nxt), int(tok), int(hw))
+            raise _malformed("its numbers are not 64-bit integers")
+        off, nxt, tok, hw = numbers
+        return BatchRef(broker, group, client_id, topic, queue, off, nxt, tok, hw)
