@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 APT_GET := $(shell [ "$$(id -u)" = 0 ] && echo apt-get || echo sudo apt-get)
 
-.PHONY: run test test-kafka test-fast bench deps system lint clean
+.PHONY: run test test-tansu test-kafka test-fast bench deps system lint clean
 
 deps: system $(STAMP)
 
@@ -40,12 +40,19 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: deps
 	$(BIN)/python -m gateway dev
 
+# The suite twice: on Tansu (the stand-in that starts in milliseconds) and on Apache Kafka from its
+# Maven jars (the reference). Both passes run, so one failing does not hide the other's results.
+# With KAFKA_BOOTSTRAP set (an external broker) it runs once, against that broker.
 test: deps
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	@if [ -n "$$KAFKA_BOOTSTRAP" ]; then $(BIN)/python -m pytest -q $(PYTEST_ARGS); exit $$?; fi; \
+	rc=0; \
+	echo "== the suite on Tansu"; $(MAKE) --no-print-directory test-tansu || rc=1; \
+	echo "== the suite on Apache Kafka"; $(MAKE) --no-print-directory test-kafka || rc=1; \
+	exit $$rc
 
-# The suite on Apache Kafka from its Maven jars. Not yet in `make test`/CI: in fresh clones it
-# passed once whole, and twice had one or two tests fail on the first requests after the broker
-# started (a 503 from ListOffsets, a long poll that saw no record); see the closing note.
+test-tansu: deps
+	MQGW_TEST_BROKER=tansu $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
 test-kafka: deps
 	MQGW_TEST_BROKER=kafka $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

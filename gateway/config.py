@@ -51,8 +51,12 @@ class Settings:
     #: Pooled fetch consumers per process; each stays on one partition while it can, so about
     #: the number of partitions one process reads at once.
     fetch_pool_size: int = 16
-    #: Pause before re-fetching when a fetch starts above the requested offset (tail race).
-    gap_recheck_ms: int = 30
+    #: Pause before re-fetching when a read starts above the requested offset; 0 trusts the
+    #: broker. On Apache Kafka such a hole below the high watermark is compaction, transaction
+    #: markers or aborted records, and is final. Tansu needs 30: a fetch racing producers at
+    #: its tail can skip records that become readable a moment later (../shared/notes), and
+    #: ``mqgw dev --broker tansu`` sets it so.
+    gap_recheck_ms: int = 0
     #: How long a produce waits for the broker's acknowledgement.
     produce_timeout_ms: int = 30_000
     #: librdkafka linger for produce requests of many messages: longer gives the broker bigger

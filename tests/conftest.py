@@ -16,7 +16,7 @@ import redis
 
 from gateway.cli import devstack
 
-from .helpers import Api, Node, Secure, start_node, start_secure, unique
+from .helpers import TEST_BROKER, Api, Node, Secure, start_node, start_secure, unique
 
 
 @pytest.fixture(scope="session")
@@ -30,11 +30,6 @@ def redis_url() -> Iterator[str]:
         yield svc.extra["url"]
     finally:
         svc.stop()
-
-
-#: The broker the suite runs on: ``tansu`` (the stand-in, default for now) or ``kafka`` (Apache
-#: Kafka from its Maven jars, gateway/cli/kafka_dist.py). ``KAFKA_BOOTSTRAP`` wins over both.
-TEST_BROKER = os.environ.get("MQGW_TEST_BROKER", "tansu")
 
 
 @pytest.fixture(scope="session")

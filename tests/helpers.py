@@ -37,6 +37,13 @@ if TYPE_CHECKING:
     from gateway.store import AckResult
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: The broker the suite runs on: ``tansu`` (the stand-in that starts in milliseconds) or
+#: ``kafka`` (Apache Kafka from its Maven jars, gateway/cli/kafka_dist.py); ``make test`` runs
+#: both passes. ``KAFKA_BOOTSTRAP`` (an external broker, taken to be Apache Kafka) wins over both.
+TEST_BROKER = "kafka" if os.environ.get("KAFKA_BOOTSTRAP") else os.environ.get("MQGW_TEST_BROKER", "tansu")
+#: Tansu's offset defects (../shared/notes/test-brokers.md) are worked around only when this holds.
+ON_TANSU = TEST_BROKER == "tansu"
 HMAC_KEY = "test-hmac-key"
 #: One TLS context for every client: the tests speak plain HTTP, and httpx would otherwise build
 #: (and load CA certificates into) a new one for each client, ~30 ms apiece.
@@ -77,6 +84,10 @@ def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1,
            # Most tests are about delivery, not access control: they run open and without keys.
            # test_auth.py and test_registry.py start nodes with auth on and open mode off.
            "MQGW_OPEN_MODE": "true", "MQGW_AUTH": "false"}
+    if ON_TANSU:
+        # Tansu defect: a fetch racing producers at its tail can skip records that become
+        # readable a moment later; the gateway then looks at a hole twice (Settings.gap_recheck_ms).
+        env["MQGW_GAP_RECHECK_MS"] = "30"
     env.update({f"MQGW_{k.upper()}": str(v) for k, v in settings.items()})
     log = tmp / f"node-{port}.log"
     with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
@@ -117,6 +128,21 @@ class Api:
         body: dict[str, Any] = r.json()
         assert body["failed"] == 0, body
         return body
+
+    def produce_exact(self, topic: str, values: list[str], **kw: Any) -> None:
+        """Produce so that the backlog, the high watermark and timestamp look-ups are exact.
+
+        Tansu defect (../shared/notes/test-brokers.md): its ListOffsets answers the last record
+        batch's base offset + 1 instead of the high watermark, and a timestamp look-up the base
+        offset of the batch that holds it. So on Tansu, and only there, every record gets a
+        request (and so a batch) of its own. On Apache Kafka the records go in one request, one
+        multi-record batch, and the same exact assertions hold.
+        """
+        if ON_TANSU:
+            for v in values:
+                self.produce(topic, [v], **kw)
+        else:
+            self.produce(topic, values, **kw)
 
     def message(self, node: int | None = None, **params: Any) -> httpx.Response:
         return self.http.get(self.url("/message", node), params=params)

@@ -1,8 +1,7 @@
 """Backlog view and backlog alerts, against real Redis, the real broker and gateway processes.
 
-Records are produced one per request, so one per broker batch: the test broker's ListOffsets
-under-reports the end of multi-record batches (see ../shared/notes), and these tests assert
-exact backlogs.
+Records are produced with ``Api.produce_exact`` (one per request on Tansu, whose ListOffsets
+under-reports the end of multi-record batches), and these tests assert exact backlogs.
 """
 
 from __future__ import annotations
@@ -93,8 +92,7 @@ def wait_for(check: Callable[[], Any], timeout: float = 10.0, what: str = "condi
 
 
 def produce_each(api: Api, topic: str, partition: int, n: int, tag: str = "v") -> None:
-    for i in range(n):
-        api.produce(topic, [f"{tag}{i}"], partition=partition)
+    api.produce_exact(topic, [f"{tag}{i}" for i in range(n)], partition=partition)
 
 
 def consume(api: Api, node: int | None = None, ack: bool = True, **params: Any) -> dict[str, Any]:

@@ -93,6 +93,12 @@ def test_leading_gap_is_refetched_once_before_it_is_accepted() -> None:
         r = await read_checked(raw, 6, 0.005)
         assert r.skipped == Skipped(6, 8, SkipReason.GAP) and [x.value for x in r.records] == [b"c"]
         assert reads == [6, 6] and r.next_offset == 9
+        # a trusted broker (Apache Kafka, gap_recheck_ms 0): the hole is final at the first read
+        log.update({o: Record(o, None, b"x", [], 0) for o in (10, 12)})
+        reads.clear()
+        r = await read_checked(raw, 9, 0)
+        assert r.skipped == Skipped(9, 10, SkipReason.GAP) and [x.offset for x in r.records] == [10, 12]
+        assert reads == [9] and r.next_offset == 13
     asyncio.run(body())
 
 

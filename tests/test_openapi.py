@@ -46,7 +46,7 @@ from gateway.core.auth import KeyStore
 from gateway.core.requestid import BatchRef, RequestIdCodec
 from gateway.store import OffsetStore
 
-from .helpers import HMAC_KEY, Api, Node, start_node, unique
+from .helpers import HMAC_KEY, ON_TANSU, Api, Node, start_node, unique
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_PATH = ROOT / "openapi.yaml"
@@ -808,8 +808,9 @@ def test_backlog_and_alerts(node_factory: Callable[..., Node], make_topic: Calla
         assert call(api, "GET", "/admin/backlog", status=200)["consumers"] == []
         configure(api, g, {"start": "earliest", "alerts": {"backlogMessages": 1, "oldestAgeMs": 3_600_000}})
         configure(api, gb, {"start": "earliest"})
-        for v in ("a", "b", "c"):  # one record per request: exact watermarks on the test broker
-            produce(api, {"topic": topic, "value": v})
+        # One record per request only on Tansu (its ListOffsets defect, see Api.produce_exact).
+        for vals in ([["a"], ["b"], ["c"]] if ON_TANSU else [["a", "b", "c"]]):
+            produce(api, {"topic": topic, "messages": [{"value": v} for v in vals]})
         fetch_ok(api, consumer=g, topic=topic, max=1)  # not acked: everything still waits
         fetch_ok(api, consumer=gb, topic=topic, clientId="c1", max=1)
 

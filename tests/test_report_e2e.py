@@ -46,9 +46,9 @@ def test_report_reads_snapshots_of_a_real_run(node_factory: Callable[..., Any], 
     api.config(g, start="earliest")
     snaps, out = tmp_path / "snaps", tmp_path / "report"
 
-    def produce(n: int) -> None:  # one record per request: exact watermarks on the test broker
-        for i in range(n):
-            api.produce(topic, [f"v{i}"], partition=i % 2)
+    def produce(n: int) -> None:
+        for p in (0, 1):
+            api.produce_exact(topic, [f"v{i}" for i in range(n) if i % 2 == p], partition=p)
 
     def consume(n: int) -> None:
         left = n

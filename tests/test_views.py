@@ -14,10 +14,7 @@ def test_idle_consumer_backlog_keeps_growing_in_the_view(api: Api, make_topic) -
     topic, idle, busy = make_topic(2), unique(), unique()
     for g in (idle, busy):
         assert api.message(consumer=g, topic=topic).json()["status"] == "empty"  # both at latest
-    # One record per request, so one per broker batch: the test broker's ListOffsets answers
-    # the last batch's base offset + 1, not the high watermark (see ../shared/notes).
-    for i in range(10):
-        api.produce(topic, [f"v{i}"], partition=1)
+    api.produce_exact(topic, [f"v{i}" for i in range(10)], partition=1)
     # the busy consumer's long poll ends once a node has listed the new watermarks into Redis
     assert api.message(consumer=busy, topic=topic, wait_ms=5000).json()["status"] == "ok"
     view = api.http.get(api.url(f"/consumers/{idle}/queues")).json()
@@ -31,8 +28,7 @@ def test_idle_consumer_backlog_keeps_growing_in_the_view(api: Api, make_topic) -
 def test_view_shows_lock_age_and_client(api: Api, make_topic) -> None:
     topic, g = make_topic(1), unique()
     api.config(g, start="earliest", consumeTimeoutMs=60_000)  # no stall of a loaded machine ends it
-    for v in ("a", "b"):  # one record per broker batch, as above
-        api.produce(topic, [v])
+    api.produce_exact(topic, ["a", "b"])
     time.sleep(0.25)
     api.http.get(api.url("/message"), params={"consumer": g, "topic": topic, "max": 1},
                  headers={"x-forwarded-for": "10.1.2.3"})

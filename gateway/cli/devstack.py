@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def free_port() -> int:
@@ -94,25 +95,50 @@ def start_broker(port: int | None = None) -> Service:
     return Service("broker", port, proc, work, {"bootstrap": f"127.0.0.1:{port}"})
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 15.0) -> None:
-    """Create a topic (idempotent) and wait until its metadata shows every partition."""
+def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 15.0,
+                 config: dict[str, str] | None = None) -> None:
+    """Create a topic (idempotent) and wait until every partition is served."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
-        for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        for f in admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
             f.result(timeout)
     except KafkaException as e:
         if "already exists" not in str(e).lower() and "TOPIC_ALREADY_EXISTS" not in str(e):
             raise
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        tm = admin.list_topics(topic, timeout=5).topics.get(topic)
-        if tm is not None and tm.error is None and len(tm.partitions) == partitions:
+        if _topic_ready(admin, topic, partitions):
             return
         time.sleep(0.05)
     raise TimeoutError(f"topic {topic} did not appear")
+
+
+def _topic_ready(admin: Any, topic: str, partitions: int) -> bool:
+    """Every partition has a leader and answers ListOffsets.
+
+    Apache Kafka lists a new topic's partitions before their leaders serve them: right after
+    CreateTopics, ListOffsets answered LEADER_NOT_AVAILABLE / NOT_LEADER_OR_FOLLOWER now and then
+    (the first /message of a test then met a 503). Tansu serves at once.
+    """
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    try:
+        tm = admin.list_topics(topic, timeout=5).topics.get(topic)
+        if tm is None or tm.error is not None or len(tm.partitions) != partitions:
+            return False
+        if any(pm.leader < 0 or pm.error is not None for pm in tm.partitions.values()):
+            return False
+        futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                      for p in tm.partitions}, request_timeout=5)
+        for f in futures.values():
+            f.result()
+        return True
+    except KafkaException:
+        return False
 
 
 def _cluster_port() -> int:

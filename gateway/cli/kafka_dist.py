@@ -63,6 +63,7 @@ share.coordinator.state.topic.min.isr={min_isr}
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 log.segment.bytes=16777216
+log.cleaner.backoff.ms=1000
 """
 
 

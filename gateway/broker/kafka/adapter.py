@@ -33,6 +33,13 @@ from .fetch import UNKNOWN_CODES, FetchPool, RawRead
 _UNKNOWN = UNKNOWN_CODES
 #: How long partition lists are trusted before new partitions are looked for.
 _METADATA_TTL_S = 5.0
+#: Pauses before asking again when a partition's leader is moving (a broker restarted, a topic
+#: just created): a /message then waits under a second instead of answering 503 at once.
+_LEADER_RETRY_S = (0.05, 0.2, 0.5)
+_LEADER_CHANGE = {KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+                  KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
+                  KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.REQUEST_TIMED_OUT,
+                  KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
 #: Produce requests with at most this many messages go through a producer with a shorter linger.
 _SMALL_PRODUCE = 8
 
@@ -97,6 +104,10 @@ class KafkaBroker(Broker):
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
+            # Explicit because the hole rules rely on it: only records of committed transactions
+            # are returned, and never past the last stable offset, so an open transaction is
+            # not a hole; aborted records and markers are.
+            "isolation.level": "read_committed",
             "auto.offset.reset": "error",
             "allow.auto.create.topics": False,
             # Not 0: a consumer whose queue is over queued.min.messages re-checks it every
@@ -165,22 +176,29 @@ class KafkaBroker(Broker):
     async def watermarks(self, topic: str) -> dict[str, tuple[int, int]]:
         parts = await self._partitions(topic, fresh=True)
         tps = [TopicPartition(topic, p) for p in parts]
-        try:
-            out, lagging = await self._list_offsets(tps)
-            if lagging:
-                # The metadata consumer knows partitions (or a whole new topic) that the admin
-                # client does not yet: it refreshes its metadata only every 5 minutes by itself.
-                # Measured on Apache Kafka 4.1: after CreatePartitions the whole topic answered
-                # 404 for as long as that lasted, and a topic just created did now and then.
-                await self._run(self._refresh_admin_metadata, topic)
+        for delay in (*_LEADER_RETRY_S, None):
+            try:
                 out, lagging = await self._list_offsets(tps)
-            if not out:
-                raise UnknownTopic(topic)
-            return out  # a partition still unknown to the admin client is left out until it knows
-        except KafkaException as e:
-            if e.args and e.args[0].code() in _UNKNOWN:
-                raise UnknownTopic(topic) from None
-            raise BrokerUnavailable(str(e)) from None
+                if lagging:
+                    # The metadata consumer knows partitions (or a whole new topic) that the admin
+                    # client does not yet: it refreshes its metadata only every 5 minutes by
+                    # itself. Measured on Apache Kafka 4.1: after CreatePartitions the whole topic
+                    # answered 404 for as long as that lasted, and a topic just created did now
+                    # and then.
+                    await self._run(self._refresh_admin_metadata, topic)
+                    out, lagging = await self._list_offsets(tps)
+                if not out:
+                    raise UnknownTopic(topic)
+                return out  # a partition still unknown to the admin client is left out for now
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                if err is not None and err.code() in _UNKNOWN:
+                    raise UnknownTopic(topic) from None
+                if delay is None or not _is_leader_change(err):
+                    raise BrokerUnavailable(str(e)) from None
+            await self._run(self._refresh_admin_metadata, topic)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def _list_offsets(self, tps: list[TopicPartition]) -> tuple[dict[str, tuple[int, int]], bool]:
         """(low and high watermark per partition, whether some partition was unknown)."""
@@ -228,15 +246,19 @@ class KafkaBroker(Broker):
         """Read at ``offset``; offsets skipped at the start are reported in ``skipped``.
 
         Offsets missing at the start of a read (records begin above ``offset``, or there are no
-        records but the log ends above it) are legitimate on Apache Kafka for compaction and
-        transaction markers, but a fetch racing a producer at the tail can also skip records
-        that become readable a moment later (seen on Tansu, see ../shared/notes). So such a hole
-        is accepted only after one more look: a committed offset never jumps over records that
-        were never returned otherwise. A hole *inside* a batch ends the batch before it
-        (:func:`.fetch.read`), so the next read starts at the hole and checks it the same way.
+        records but the log ends above it) are final on Apache Kafka: below the high watermark
+        (and, read committed, the last stable offset) they are compaction, transaction markers
+        or aborted records. So by default (``gap_recheck_ms`` 0) a hole is reported as skipped
+        and a batch runs across holes inside it. A broker whose fetch can race a producer at the
+        tail and skip records that become readable a moment later (Tansu, ../shared/notes) is
+        read with ``gap_recheck_ms`` > 0: a hole is then accepted only after one more look, and a
+        hole *inside* a batch ends the batch before it (:func:`.fetch.read`), so the next read
+        starts at the hole and checks it the same way.
         """
-        return await read_checked(lambda at: self._pool.fetch(topic, int(queue), at, max_records),
-                                  offset, self._gap_recheck_s)
+        trust = self._gap_recheck_s <= 0
+        return await read_checked(
+            lambda at: self._pool.fetch(topic, int(queue), at, max_records, stop_at_holes=not trust),
+            offset, self._gap_recheck_s)
 
     # -- produce --------------------------------------------------------------------------
     async def produce(self, topic: str, messages: list[OutgoingMessage]) -> list[ProduceResult]:
@@ -302,13 +324,14 @@ async def read_checked(read: Callable[[int], Awaitable[RawRead]], offset: int,
         res2 = await read(res.low_watermark)
         return _result(res2, res.low_watermark,
                        Skipped(offset, res.low_watermark, SkipReason.OUT_OF_RETENTION))
-    if _first_offset(res) > offset:
+    first = _first_offset(res)
+    if first > offset and recheck_s > 0:  # a broker that may race at the tail: look again
         await asyncio.sleep(recheck_s)
         res = await read(offset)
         first = _first_offset(res)
-        if first > offset:
-            reason = SkipReason.GAP if res.records else SkipReason.NO_RECORDS
-            return _result(res, first, Skipped(offset, first, reason))
+    if first > offset:
+        reason = SkipReason.GAP if res.records else SkipReason.NO_RECORDS
+        return _result(res, first, Skipped(offset, first, reason))
     return _result(res, offset, None)
 
 
@@ -320,6 +343,11 @@ def _result(res: RawRead, start: int, skipped: Skipped | None) -> FetchResult:
 def _first_offset(res: RawRead) -> int:
     """Where readable data starts in a raw read, -1 if it says nothing."""
     return res.records[0].offset if res.records else res.end_offset
+
+
+def _is_leader_change(err: KafkaError | None) -> bool:
+    """Whether ListOffsets failed for a reason that a moment (and fresh metadata) cures."""
+    return err is not None and (err.code() in _LEADER_CHANGE or bool(err.retriable()))
 
 
 def _produce_error_code(err: KafkaError) -> str:

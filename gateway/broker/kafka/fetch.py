@@ -123,7 +123,8 @@ class FetchPool:
                     self._cond.notify()
         return len(stale)
 
-    async def fetch(self, topic: str, partition: int, offset: int, max_records: int) -> RawRead:
+    async def fetch(self, topic: str, partition: int, offset: int, max_records: int,
+                    stop_at_holes: bool = True) -> RawRead:
         if self._sweeper is None:  # made here: the pool is built before the event loop runs it
             self._sweeper = asyncio.ensure_future(self._sweep())
         pc = await self._acquire(topic, partition)
@@ -132,12 +133,14 @@ class FetchPool:
                 # It probably holds the records already: read them right here. A thread-pool hop
                 # (thread wake-up + GIL hand-off) costs more than the read itself.
                 try:
-                    return read(pc, topic, partition, offset, max_records, blocking=False)
+                    return read(pc, topic, partition, offset, max_records, blocking=False,
+                                stop_at_holes=stop_at_holes)
                 except WouldBlock as wb:
                     done: RawRead = await self._run(read, pc, topic, partition, offset,
-                                                    max_records, True, wb.state)
+                                                    max_records, True, wb.state, stop_at_holes)
                     return done
-            res: RawRead = await self._run(read, pc, topic, partition, offset, max_records)
+            res: RawRead = await self._run(read, pc, topic, partition, offset, max_records, True,
+                                           None, stop_at_holes)
             return res
         finally:
             async with self._cond:
@@ -157,17 +160,19 @@ class FetchPool:
 
 
 def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_records: int,
-         blocking: bool = True, state: ReadState | None = None) -> RawRead:
+         blocking: bool = True, state: ReadState | None = None,
+         stop_at_holes: bool = True) -> RawRead:
     """Return up to ``max_records`` readable from ``offset`` now. Blocking (in a thread) by
     default; with ``blocking`` False it raises WouldBlock, carrying what it read so far as the
-    ``state`` to continue from, instead of waiting."""
+    ``state`` to continue from, instead of waiting. ``stop_at_holes`` ends the batch before an
+    offset missing inside it, for a caller that re-checks holes (see the adapter's fetch)."""
     c = pc.consumer
     tp = TopicPartition(topic, partition, offset)
     if state is None:
         reused = pc.can_continue_to(topic, partition, offset)
         records: list[Record] = []
         if reused and pc.position < offset:
-            reused, records = _skip_to(pc, offset)
+            reused, records = _skip_to(pc, offset, stop_at_holes)
         if not reused:
             c.assign([tp])
         pc.topic, pc.partition, pc.position, pc.at_eof = topic, partition, -1, False
@@ -200,7 +205,7 @@ def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_record
                 eof = err.code() == KafkaError._PARTITION_EOF
                 error = None if eof else err
                 eof_offset = _offset(m) if eof else -1
-            elif records and m.offset() != records[-1].offset + 1:
+            elif stop_at_holes and records and m.offset() != records[-1].offset + 1:
                 gap = True  # a hole inside the batch: stop before it so the caller re-checks it
             else:
                 records.append(_record(m))
@@ -226,7 +231,7 @@ def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_record
     return RawRead(records, hw if hw is not None and hw >= 0 else -1, end_offset=end)
 
 
-def _skip_to(pc: PooledConsumer, offset: int) -> tuple[bool, list[Record]]:
+def _skip_to(pc: PooledConsumer, offset: int, stop_at_holes: bool) -> tuple[bool, list[Record]]:
     """Discard held records below ``offset``; (False, []) means: seek instead.
 
     Records at or past ``offset`` met on the way are kept: they start the batch.
@@ -242,8 +247,8 @@ def _skip_to(pc: PooledConsumer, offset: int) -> tuple[bool, list[Record]]:
                 return False, []
             if _offset(m) >= offset:
                 kept = [_record(x) for x in msgs[i:] if x.error() is None]
-                if len(kept) != len(msgs) - i or any(
-                        b.offset != a.offset + 1 for a, b in pairwise(kept)):
+                if len(kept) != len(msgs) - i or (stop_at_holes and any(
+                        b.offset != a.offset + 1 for a, b in pairwise(kept))):
                     return False, []
                 return True, kept
             pos = _offset(m) + 1
