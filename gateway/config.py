@@ -38,6 +38,13 @@ class Settings:
     start_position: str = "latest"
     #: Broadcast clientIds idle for longer than this are forgotten.
     client_idle_ms: int = 7 * 24 * 3600 * 1000
+    #: Cluster-mode committed offsets are copied to a Kafka consumer group this often (by one
+    #: node at a time, only queues whose offset moved); a consumer whose offsets Redis lost
+    #: resumes there. At most this much acknowledged work is redelivered after such a loss.
+    #: 0 turns checkpoints (and the restore) off.
+    checkpoint_interval_ms: int = 5000
+    #: The Kafka consumer group of consumer ``C`` is ``<prefix>C``.
+    checkpoint_group_prefix: str = "mqgw."
     #: Watermarks (ListOffsets) are refreshed at most this often per topic across all nodes.
     metadata_refresh_ms: int = 200
     #: Batch size default and hard cap for /message.

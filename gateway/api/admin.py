@@ -98,7 +98,8 @@ async def reset_route(request: Request) -> Response:
     body = await _object_body(request, gw)
     cfg = await gw.registry.require_known(group)  # 404 for an unknown name comes first
     req = reset_request(body)
-    result = await reset_offsets.reset(gw.store, gw.broker, group, req, cfg, gw.settings.client_idle_ms)
+    result = await reset_offsets.reset(gw.store, gw.broker, group, req, cfg, gw.settings.client_idle_ms,
+                                       gw.checkpoints)
     return JSON(reset_body(result))
 
 

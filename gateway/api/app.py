@@ -22,6 +22,7 @@ from .. import broker as brokers
 from ..broker import Broker, BrokerUnavailable, UnknownTopic
 from ..config import DEV_HMAC_KEY, Settings
 from ..core.auth import Authorizer, KeyStore
+from ..core.checkpoint import Checkpoints
 from ..core.consume import ConsumeService
 from ..core.errors import DomainError
 from ..core.registry import Registry
@@ -49,6 +50,7 @@ class Gateway:
     registry: Registry
     keys: KeyStore
     auth: Authorizer
+    checkpoints: Checkpoints
     alerts: AlertMonitor | None = None  # backlog alerts: set and started in lifespan
 
 
@@ -69,8 +71,10 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
         wm = Watermarks(store, b, settings.metadata_refresh_ms)
         keys = KeyStore(store)
         auth = Authorizer(settings.auth, keys)
+        checkpoints = Checkpoints(settings, store, b)
         consume = ConsumeService(settings, store, b, wm, RequestIdCodec(settings.hmac_key), auth,
-                                 on_ack=lambda r: metrics.acked(r.result.value))
+                                 on_ack=lambda r: metrics.acked(r.result.value),
+                                 checkpoints=checkpoints)
         spec = _SPEC.read_bytes() if _SPEC.is_file() else b""
         if settings.hmac_key == DEV_HMAC_KEY:  # only without auth (refused above)
             log.warning("MQGW_HMAC_KEY is the public default: anyone can forge requestIds. "
@@ -81,14 +85,20 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
         if settings.open_mode:
             log.warning("open mode is on (MQGW_OPEN_MODE=true): unregistered consumers and "
                         "producers are served")
-        app.state.gw = Gateway(settings, store, b, consume, spec, Registry(store, settings),
-                               keys, auth)
+        registry = Registry(store, settings, checkpoints)
+        app.state.gw = Gateway(settings, store, b, consume, spec, registry, keys, auth, checkpoints)
         alerts = app.state.gw.alerts = AlertMonitor(app.state.gw)
         alerts.start()
+
+        async def names() -> set[str]:
+            registered, seen = await registry.consumer_names()
+            return registered | seen
+        checkpoints.start(names)
         try:
             yield
         finally:
             metrics.shutdown()
+            await checkpoints.stop()
             await alerts.stop()
             await b.close()
             await store.aclose()

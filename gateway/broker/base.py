@@ -36,6 +36,10 @@ class Capability(str, Enum):
     DELAYED_DELIVERY = "delayed_delivery"
     #: Records can be deleted below an offset (retention moves the low watermark).
     OUT_OF_RETENTION = "out_of_retention"
+    #: The broker keeps consumer offsets durably (Kafka consumer groups): the gateway copies
+    #: committed offsets there (:meth:`Broker.save_offsets`) and resumes from them when Redis
+    #: lost a consumer's offsets.
+    OFFSET_CHECKPOINT = "offset_checkpoint"
 
 
 def check_queue_id(q: str) -> str:
@@ -138,3 +142,17 @@ class Broker(ABC):
     async def ping(self) -> bool:
         """Is the broker reachable? Used by readiness checks."""
         return True
+
+    # -- offset checkpoints (Capability.OFFSET_CHECKPOINT) ------------------------------------
+    async def save_offsets(self, group: str, topic: str, offsets: dict[str, int]) -> None:
+        """Store committed offsets (queue -> next offset to read) under the broker's consumer
+        group ``group``, without joining it. Raises :class:`BrokerUnavailable`."""
+        raise NotImplementedError(f"{self.name} keeps no consumer offsets")
+
+    async def load_offsets(self, group: str, topic: str) -> dict[str, int]:
+        """The offsets :meth:`save_offsets` stored for ``topic`` (queues with none left out)."""
+        raise NotImplementedError(f"{self.name} keeps no consumer offsets")
+
+    async def forget_offsets(self, group: str) -> None:
+        """Delete the group and its offsets (nothing if there is none)."""
+        raise NotImplementedError(f"{self.name} keeps no consumer offsets")

@@ -26,7 +26,7 @@ from .base import (
 
 
 class MemoryBroker(Broker):
-    capabilities = frozenset({Capability.OUT_OF_RETENTION})
+    capabilities = frozenset({Capability.OUT_OF_RETENTION, Capability.OFFSET_CHECKPOINT})
 
     def __init__(self, name: str = "memory", topics: dict[str, int] | None = None) -> None:
         self.name = name
@@ -35,6 +35,7 @@ class MemoryBroker(Broker):
         self.end: dict[tuple[str, str], int] = {}  # the next offset to write (high watermark)
         self.fetches: list[tuple[str, str, int]] = []
         self.watermark_calls = 0
+        self.groups: dict[str, dict[tuple[str, str], int]] = {}  # offset checkpoints
         for topic, queues in (topics or {}).items():
             self.create(topic, queues)
 
@@ -108,6 +109,17 @@ class MemoryBroker(Broker):
             skipped = Skipped(offset, first, SkipReason.GAP if recs else SkipReason.NO_RECORDS)
         nxt = recs[-1].offset + 1 if recs else max(first, offset)
         return FetchResult(recs, nxt, hi, skipped)
+
+    async def save_offsets(self, group: str, topic: str, offsets: dict[str, int]) -> None:
+        for q, off in offsets.items():
+            self._log(topic, q)
+            self.groups.setdefault(group, {})[(topic, q)] = off
+
+    async def load_offsets(self, group: str, topic: str) -> dict[str, int]:
+        return {q: off for (t, q), off in self.groups.get(group, {}).items() if t == topic}
+
+    async def forget_offsets(self, group: str) -> None:
+        self.groups.pop(group, None)
 
     async def produce(self, topic: str, messages: list[OutgoingMessage]) -> list[ProduceResult]:
         out = []

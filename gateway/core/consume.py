@@ -15,13 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from ..broker import Broker, Record, Skipped, UnknownTopic
+from ..broker import Broker, BrokerUnavailable, Record, Skipped, UnknownTopic
 from ..config import Settings
 from ..store import (
     AckOutcome,
     AckResult,
     Credential,
     Lock,
+    NeedsRestore,
     NoQueue,
     OffsetStore,
     Paused,
@@ -32,6 +33,7 @@ from ..store import (
     now_ms,
 )
 from .auth import Authorizer
+from .checkpoint import Checkpoints
 from .errors import DomainError, Forbidden, Invalid, bad_request
 from .requestid import BatchRef, RequestIdCodec
 from .waiting import WaitRoom
@@ -110,8 +112,11 @@ class Fetched:
 class ConsumeService:
     def __init__(self, settings: Settings, store: OffsetStore, broker: Broker,
                  watermarks: Watermarks, codec: RequestIdCodec, authorizer: Authorizer,
-                 on_ack: Callable[[AckResult], None] | None = None) -> None:
+                 on_ack: Callable[[AckResult], None] | None = None,
+                 checkpoints: Checkpoints | None = None) -> None:
         self.settings = settings
+        #: Where offsets Redis lost are restored from (None: a consumer starts at ``start``).
+        self.checkpoints = checkpoints
         #: Told of every ack the store decided, as soon as it is decided: a piggy-backed ack is
         #: committed even when the fetch after it fails (the HTTP layer counts them in metrics).
         self.on_ack = on_ack
@@ -144,6 +149,7 @@ class ConsumeService:
         taken_over: set[str] = set()
         key = (p.topic, p.group, p.client_id)
         waited = looked_again = False
+        restored = 0
         while True:
             try:
                 wm = await self.wm.get(p.topic)
@@ -156,9 +162,18 @@ class ConsumeService:
                 default_timeout_ms=self.settings.consume_timeout_ms,
                 default_start=self.settings.start_position,
                 client_idle_ms=self.settings.client_idle_ms, max_messages=p.max_messages,
-                open_mode=self.settings.open_mode, credential=p.credential, skip=skip)
+                open_mode=self.settings.open_mode, credential=p.credential, skip=skip,
+                restore=self.checkpoints is not None and self.checkpoints.enabled)
             if isinstance(chosen, Refused):
                 raise await self._refused(chosen.reason, p)
+            if isinstance(chosen, NeedsRestore):
+                assert self.checkpoints is not None  # choose asks only when restores are on
+                restored += 1
+                if restored > 3:  # each restore marks the topic: only a Redis emptied again and
+                    raise BrokerUnavailable("offsets being restored")  # again gets here
+                await self.checkpoints.restore(p.group, p.topic)
+                self._seen.pop(p.group, None)  # Redis lost the seen list too: announce again
+                continue
             if not announced:  # only names choose.lua accepted (key, registration) are listed
                 announced = True
                 try:

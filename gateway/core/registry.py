@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..config import Settings
 from ..store import OffsetStore, now_ms
+from .checkpoint import Checkpoints
 from .errors import bad_request, not_found
 
 #: Unregistered (open-mode) consumers listed in views, alert evaluations and metrics: the most
@@ -47,8 +48,10 @@ class DeleteResult:
 
 
 class Registry:
-    def __init__(self, store: OffsetStore, settings: Settings) -> None:
+    def __init__(self, store: OffsetStore, settings: Settings,
+                 checkpoints: Checkpoints | None = None) -> None:
         self.store = store
+        self.checkpoints = checkpoints
         self.records = store.registry
         self.settings = settings
 
@@ -115,6 +118,9 @@ class Registry:
         """Unregister: settings and rate bucket go; offsets too if asked. Key grants stay with
         their keys (revoke the key to remove them)."""
         existed, deleted = await self.records.delete_consumer(group, delete_offsets)
+        if delete_offsets and self.checkpoints is not None:
+            # or a consumer of the same name would later resume from the old checkpoint
+            await self.checkpoints.forget(group)
         return DeleteResult(group, existed, delete_offsets, deleted)
 
     async def consumer_names(self) -> tuple[set[str], set[str]]:

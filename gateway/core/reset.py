@@ -12,6 +12,7 @@ from typing import Any
 
 from ..broker import Broker
 from ..store import OffsetStore
+from .checkpoint import Checkpoints
 from .errors import bad_request, not_found
 from .names import check_name, check_topic
 
@@ -52,7 +53,8 @@ class ResetResult:
 
 
 async def reset(store: OffsetStore, broker: Broker, group: str, req: ResetRequest,
-                cfg: dict[str, str], client_idle_ms: int = 7 * 86_400_000) -> ResetResult:
+                cfg: dict[str, str], client_idle_ms: int = 7 * 86_400_000,
+                checkpoints: Checkpoints | None = None) -> ResetResult:
     """Move one consumer's committed offsets on a topic; see the README's operations section.
 
     ``cfg`` is the consumer's config (``Registry.require_known``, which refuses unknown names
@@ -69,7 +71,7 @@ async def reset(store: OffsetStore, broker: Broker, group: str, req: ResetReques
     if mode not in RESET_MODES:
         raise bad_request("invalid_to", f"to must be one of {', '.join(RESET_MODES)}")
     queue = req.queue
-    if queue is not None and not isinstance(queue, (str, int)):
+    if queue is not None and (isinstance(queue, bool) or not isinstance(queue, (str, int))):
         raise bad_request("invalid_queue", "queue must be a queue id such as \"0\"")
     wm = await broker.watermarks(topic)  # fresh from the broker: resets are rare, get them right
     queues = list(wm)
@@ -113,4 +115,6 @@ async def reset(store: OffsetStore, broker: Broker, group: str, req: ResetReques
     for c in clients:  # a clientId's offsets expire when idle; one the reset creates must too
         for q, old, new in await store.reset(group, c, topic, targets, client_idle_ms=client_idle_ms):
             moved.append(MovedQueue(c or None, q, old if old >= 0 else None, new))
+    if checkpoints is not None and clients == [""]:  # so that a later restore does not undo it
+        await checkpoints.save_now(group, topic, targets)
     return ResetResult(group, topic, mode, moved)

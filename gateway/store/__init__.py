@@ -23,6 +23,7 @@ from .offsets import (
     AckResult,
     Credential,
     Lock,
+    NeedsRestore,
     NoQueue,
     OffsetStore,
     Paused,
@@ -39,7 +40,7 @@ from .views import ConsumerRead
 
 __all__ = [
     "NO_CREDENTIAL", "UNAVAILABLE", "AckOutcome", "AckResult", "AlertKey", "AlertStore",
-    "ConsumerRead", "Credential", "KeyLayout", "Lock", "NoQueue", "OffsetStore", "Paused",
+    "ConsumerRead", "Credential", "KeyLayout", "Lock", "NeedsRestore", "NoQueue", "OffsetStore", "Paused",
     "QueueHash", "QueueState", "RateLimited", "Refused", "RegistryKey", "RegistryStore", "Sample",
     "ScanStats", "Scanner", "UnlockOutcome", "UnlockResult", "connect", "glob_escape", "lua_number",
     "now_ms", "parse_queue_hash", "queue_field", "text", "text_dict",

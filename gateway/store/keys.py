@@ -7,7 +7,10 @@ state each have a slot of their own.
 
 ==========================  ======  =====================================================
 ``P:{G}:q``                 hash    cluster-mode queues: ``topic:queue:max|com|lock|tok|acc|addr``
-                                    (and ``rtok``, the last reset's token), plus ``poll``
+                                    (and ``rtok``, the last reset's token; ``ckp``, the offset
+                                    last checkpointed to the broker), plus ``poll``, and
+                                    ``topic:ckpt`` once the broker's checkpoint was consulted
+                                    for that topic (core/checkpoint.py)
 ``P:{G}:q:<clientId>``      hash    the same, one per broadcast clientId (expires when idle)
 ``P:{G}:clients``           zset    broadcast clientIds scored by last-seen time (ms)
 ``P:{G}:cfg``               hash    the consumer's registration and settings (core/registry.py)
@@ -25,6 +28,7 @@ state each have a slot of their own.
 ``P:{alerts}:evaluated``    string  time of the last alert evaluation (ms)
 ``P:{alerts}:lease``        string  node that evaluates alerts this interval (``SET NX PX``)
 ``P:{alerts}:lock``         string  token of the running alert evaluation
+``P:{ckpt}:lease``          string  node that checkpoints offsets to the broker this interval
 ==========================  ======  =====================================================
 
 Field names are ``topic:queue:attr`` and the scripts take skip lists as ``,q1,q2,``, so a
@@ -41,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 #: The attributes of one queue in a consumer's queue hash (``topic:queue:<attr>``).
-QUEUE_FIELDS = ("max", "com", "lock", "tok", "acc", "addr")
+QUEUE_FIELDS = ("max", "com", "lock", "tok", "acc", "addr", "ckp")
 #: Registry keys (``P:{reg}:<what>``) and alert keys (``P:{alerts}:<what>``).
 RegistryKey = Literal["consumers", "seen_at", "producers", "keys"]
 AlertKey = Literal["state", "gauges", "evaluated", "lease", "lock"]
@@ -92,6 +96,9 @@ class KeyLayout:
 
     def watermark_lease(self, topic: str) -> str:
         return f"{self.watermarks(topic)}:lease"
+
+    def checkpoint_lease(self) -> str:
+        return f"{self.prefix}:{{ckpt}}:lease"
 
     def registry(self, what: RegistryKey) -> str:
         """``consumers``, ``seen_at``, ``producers`` or ``keys``: one slot for the whole registry."""

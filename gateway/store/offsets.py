@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from . import scripts
 from .alerts import AlertStore
 from .connect import MAX_CONNECTIONS, POOL_TIMEOUT_S, connect, fields, text, text_dict
-from .keys import KeyLayout
+from .keys import KeyLayout, queue_field
 from .queues import QueueState, parse_queue_hash
 from .registry import RegistryStore
 from .views import ConsumerRead, read_consumers
@@ -85,6 +85,12 @@ class Paused:
     """The consumer is paused: nothing was locked."""
 
 
+@dataclass(frozen=True, slots=True)
+class NeedsRestore:
+    """A queue has no committed offset and the broker's checkpoint was not consulted for this
+    topic yet: :meth:`OffsetStore.restore` it, then choose again."""
+
+
 class AckOutcome(str, Enum):
     """What ack.lua decided (``unauthorized`` never leaves the core: it becomes an error)."""
 
@@ -130,6 +136,7 @@ class OffsetStore:
         self._reset = scripts.register(redis, "reset")
         self._produce_check = scripts.register(redis, "produce_check")
         self._refund = scripts.register(redis, "refund")
+        self._restore = scripts.register(redis, "restore")
         self.registry = RegistryStore(redis, self.layout)
         self.alerts = AlertStore(redis, self.layout)
 
@@ -175,15 +182,18 @@ class OffsetStore:
         open_mode: bool = True,
         credential: Credential | None = None,
         skip: set[str] | frozenset[str] = frozenset(),
+        restore: bool = False,
         now: int | None = None,
-    ) -> Lock | NoQueue | Paused | Refused | RateLimited:
+    ) -> Lock | NoQueue | Paused | Refused | RateLimited | NeedsRestore:
         """Check the caller, then lock the free queue with the largest backlog (ties: least
-        recently used). ``credential`` None means auth is off."""
+        recently used). ``credential`` None means auth is off. ``restore``: a cluster-mode
+        queue with no committed offset answers :class:`NeedsRestore` until the checkpoint
+        was consulted for the topic."""
         cred = credential or NO_CREDENTIAL
         args: list[Any] = [topic, now or now_ms(), default_timeout_ms, default_start, address,
                            client_id, client_idle_ms, f",{','.join(skip)}," if skip else "",
                            max_messages, int(open_mode), int(credential is not None),
-                           cred.key_id, cred.sha256]
+                           cred.key_id, cred.sha256, int(restore)]
         for q, (lo, hi) in watermarks.items():
             args += (q, lo, hi)
         keys = [self.queues_key(group, client_id), self.config_key(group), self.clients_key(group),
@@ -199,7 +209,28 @@ class OffsetStore:
             return Paused()
         if kind == 3:
             return Refused(text(r[1]))
+        if kind == 5:
+            return NeedsRestore()
         return RateLimited(int(r[1]))
+
+    # -- offset checkpoints in the broker (core/checkpoint.py) ----------------------------------
+    async def restore(self, group: str, topic: str, offsets: dict[str, int]) -> int:
+        """Seed the cluster-mode queues of ``topic`` that have no committed offset from the
+        broker's checkpoint, and mark the checkpoint consulted; how many were seeded."""
+        args: list[Any] = [topic, now_ms()]
+        for q, off in offsets.items():
+            args += (q, off)
+        return int(await self._restore(keys=[self.queues_key(group)], args=args))
+
+    async def mark_checkpointed(self, group: str, topic: str, offsets: dict[str, int]) -> None:
+        """Remember what the broker now holds, so the next round sends only what moved."""
+        if offsets:
+            await self.redis.hset(self.queues_key(group), mapping={
+                queue_field(topic, q, "ckp"): off for q, off in offsets.items()})
+
+    async def take_checkpoint_lease(self, node: str, ttl_ms: int) -> bool:
+        """This node checkpoints this interval (``SET NX PX``: one node at a time)."""
+        return bool(await self.redis.set(self.layout.checkpoint_lease(), node, nx=True, px=ttl_ms))
 
     async def ack(
         self, group: str, client_id: str, topic: str, queue: str, offset: int, next_offset: int,

@@ -17,6 +17,8 @@ class QueueState:
     token: int
     access_ms: int
     address: str
+    checkpointed: int = -1  # the offset last copied to the broker's consumer group, -1 none
+    has_offset: bool = True  # False: no committed offset stored (``committed`` reads 0)
 
 
 def parse_queue_hash(fields: dict[str, str]) -> list[QueueState]:
@@ -32,7 +34,7 @@ def parse_queue_hash(fields: dict[str, str]) -> list[QueueState]:
     for (topic, queue), f in sorted(grouped.items(), key=lambda kv: (kv[0][0], _qsort(kv[0][1]))):
         out.append(QueueState(topic, queue, int(f.get("max", 0)), int(f.get("com", 0)),
                               int(f.get("lock", 0)), int(f.get("tok", 0)), int(f.get("acc", 0)),
-                              f.get("addr", "")))
+                              f.get("addr", ""), int(f.get("ckp", -1)), "com" in f))
     return out
 
 

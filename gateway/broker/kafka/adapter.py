@@ -14,7 +14,14 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..base import (
@@ -48,7 +55,7 @@ class KafkaBroker(Broker):
     """Kafka's offset rules live here: retention, compaction and transaction-marker holes, and
     the re-check that tells those from a fetch racing a producer at the tail."""
 
-    capabilities = frozenset({Capability.OUT_OF_RETENTION})
+    capabilities = frozenset({Capability.OUT_OF_RETENTION, Capability.OFFSET_CHECKPOINT})
 
     def __init__(self, bootstrap: str, *, extra: dict[str, str] | None = None, pool_size: int = 8,
                  max_batch: int = 1000, produce_timeout_ms: int = 30_000, produce_linger_ms: int = 2,
@@ -240,6 +247,43 @@ class KafkaBroker(Broker):
             return True
         except Exception:  # noqa: BLE001 - any failure means unreachable
             return False
+
+    # -- offset checkpoints: Kafka consumer groups, written without joining them ------------
+    async def save_offsets(self, group: str, topic: str, offsets: dict[str, int]) -> None:
+        # AlterConsumerGroupOffsets works on a group with no members (the gateway never joins
+        # one), creating it if needed; Kafka's own tools then show its lag.
+        tps = [TopicPartition(topic, int(q), off) for q, off in offsets.items()]
+        req = [ConsumerGroupTopicPartitions(group, tps)]
+        try:
+            done = await asyncio.wrap_future(
+                self._admin.alter_consumer_group_offsets(req, request_timeout=10)[group])
+        except KafkaException as e:
+            raise BrokerUnavailable(f"saving offsets of group {group}: {e}") from None
+        failed = [tp for tp in done.topic_partitions or [] if tp.error is not None]
+        if failed:
+            raise BrokerUnavailable(f"saving offsets of group {group}: {failed[0].error}")
+
+    async def load_offsets(self, group: str, topic: str) -> dict[str, int]:
+        parts = await self._partitions(topic, fresh=True)
+        req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in parts])]
+        try:
+            done = await asyncio.wrap_future(
+                self._admin.list_consumer_group_offsets(req, request_timeout=10)[group])
+        except KafkaException as e:
+            if e.args and e.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+                return {}
+            raise BrokerUnavailable(f"reading offsets of group {group}: {e}") from None
+        # A partition the group has no offset for answers OFFSET_INVALID (-1001).
+        return {str(tp.partition): tp.offset for tp in done.topic_partitions or []
+                if tp.error is None and tp.offset >= 0}
+
+    async def forget_offsets(self, group: str) -> None:
+        try:
+            await asyncio.wrap_future(self._admin.delete_consumer_groups([group], request_timeout=10)[group])
+        except KafkaException as e:
+            if e.args and e.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+                return
+            raise BrokerUnavailable(f"deleting group {group}: {e}") from None
 
     # -- fetch ----------------------------------------------------------------------------
     async def fetch(self, topic: str, queue: str, offset: int, max_records: int) -> FetchResult:

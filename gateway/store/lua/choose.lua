@@ -6,7 +6,9 @@
 -- ARGV[5] client address  ARGV[6] clientId ('' in cluster mode)  ARGV[7] client idle ttl (ms)
 -- ARGV[8] queues to skip, as ',q1,q2,' ('' for none)  ARGV[9] batch size asked for
 -- ARGV[10] open mode '1'|'0'  ARGV[11] auth '1'|'0'  ARGV[12] key id  ARGV[13] key sha256 (hex)
--- ARGV[14..] triples: queue id, low watermark, high watermark
+-- ARGV[14] '1': a queue with no committed offset first asks for the broker's checkpoint (cluster
+--          mode, once per topic: the field  t:ckpt  marks it done; restore.lua sets it)
+-- ARGV[15..] triples: queue id, low watermark, high watermark
 --
 -- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr,
 -- and once per hash  poll  (the time of the last accepted /message).
@@ -21,6 +23,7 @@
 --   {3, reason}              refused: unauthorized | unregistered | topic_not_allowed |
 --                            client_id_required | client_id_not_allowed
 --   {4, retry_after_ms}      over the consumer's rate limit
+--   {5}                      a queue has no committed offset: restore the checkpoint first
 local key, cfgkey, clients, grants, bucket = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local topic, now, client = ARGV[1], tonumber(ARGV[2]), ARGV[6]
 
@@ -68,11 +71,13 @@ if rate and rate > 0 then
 end
 
 local skip = ARGV[8]
-local n = (#ARGV - 13) / 3
+local n = (#ARGV - 14) / 3
+local restore = ARGV[14] == '1' and client == ''
+local consulted = nil  -- read when first needed: the checkpoint marker of this topic
 if n == 0 then return {0, -1} end
 local names = {}
 for i = 0, n - 1 do
-  local p = topic .. ':' .. ARGV[14 + 3 * i] .. ':'
+  local p = topic .. ':' .. ARGV[15 + 3 * i] .. ':'
   names[4 * i + 1] = p .. 'max'
   names[4 * i + 2] = p .. 'com'
   names[4 * i + 3] = p .. 'lock'
@@ -84,8 +89,8 @@ local writes = {}
 local best, best_backlog, best_acc, best_com, best_max, best_lock = nil, 0, 0, 0, 0, 0
 local wake = -1
 for i = 0, n - 1 do
-  local q = ARGV[14 + 3 * i]
-  local lo, hi = tonumber(ARGV[15 + 3 * i]), tonumber(ARGV[16 + 3 * i])
+  local q = ARGV[15 + 3 * i]
+  local lo, hi = tonumber(ARGV[16 + 3 * i]), tonumber(ARGV[17 + 3 * i])
   local mx, com = tonumber(vals[4 * i + 1]), tonumber(vals[4 * i + 2])
   local lock, acc = tonumber(vals[4 * i + 3]) or 0, tonumber(vals[4 * i + 4]) or 0
   if mx == nil or hi > mx then
@@ -94,6 +99,10 @@ for i = 0, n - 1 do
     writes[#writes + 1] = mx
   end
   if com == nil then
+    if restore then
+      if consulted == nil then consulted = redis.call('HEXISTS', key, topic .. ':ckpt') end
+      if consulted == 0 then return {5} end  -- nothing written yet but poll (and clientIds)
+    end
     if start == 'earliest' then com = lo else com = mx end
     writes[#writes + 1] = names[4 * i + 2]
     writes[#writes + 1] = com

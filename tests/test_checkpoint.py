@@ -1,0 +1,203 @@
+"""Offsets checkpointed to the broker's consumer groups (core/checkpoint.py), end to end: real
+redis-server processes of each test's own (they are emptied and restarted), the session's broker,
+gateway nodes as processes."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from gateway.cli import devstack
+
+from .helpers import ON_TANSU, Api, Node, start_node, unique
+
+PREFIX = "mqgw."  # checkpoint_group_prefix's default
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The consumer group's committed offsets, read with Kafka's own admin API."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
+    done = admin.list_consumer_group_offsets(req, request_timeout=10)[group].result(15)
+    return {tp.partition: tp.offset for tp in done.topic_partitions if tp.offset >= 0}
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def own_redis() -> Iterator[list[devstack.Service]]:
+    """A redis-server of the test's own, in a list: a test that restarts it appends the new one."""
+    started = [devstack.start_redis()]
+    try:
+        yield started
+    finally:
+        for svc in started:
+            svc.stop()
+
+
+class Reader:
+    """fetch→ack on random nodes, recording (partition, offset) of every record delivered."""
+
+    def __init__(self, api: Api, group: str, topic: str) -> None:
+        self.api, self.group, self.topic = api, group, topic
+        self.seen: Counter[tuple[int, int]] = Counter()
+        self.values: set[str] = set()
+
+    def read(self, n: int, timeout: float = 60) -> None:
+        """Until ``n`` more records were delivered and acked."""
+        goal = sum(self.seen.values()) + n
+        self.read_until(lambda: sum(self.seen.values()) >= goal, timeout)
+
+    def read_until(self, done: Callable[[], bool], timeout: float = 60) -> None:
+        """Transient errors are retried, as a client would: Redis is emptied and restarted
+        under it."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, f"{len(self.values)} records read"
+            try:
+                r = self.api.message(consumer=self.group, topic=self.topic, max=20, wait_ms=500)
+            except Exception:  # noqa: BLE001 - a node's Redis connection being re-made
+                time.sleep(0.05)
+                continue
+            if r.status_code != 200:
+                assert r.status_code == 503, r.text  # Redis away for a moment: never a 500
+                time.sleep(0.05)
+                continue
+            body = r.json()
+            if body["status"] != "ok":
+                continue
+            for m in body["messages"]:
+                self.seen[(int(body["queue"]), m["offset"])] += 1
+                self.values.add(m["value"])
+            try:
+                self.api.ack(body["requestId"])  # any answer: a lost ack is a redelivery
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def produce_spread(api: Api, topic: str, values: list[str], partitions: int) -> None:
+    for i in range(0, len(values), 100):
+        msgs = [{"value": v, "partition": int(v) % partitions} for v in values[i:i + 100]]
+        r = api.http.post(api.url("/produce"), json={"topic": topic, "messages": msgs})
+        assert r.status_code == 200 and r.json()["failed"] == 0, r.text
+
+
+@pytest.mark.timeout(240)
+def test_redis_emptied_or_restarted_resumes_from_the_checkpoint(
+        own_redis: list[devstack.Service], bootstrap: str, make_topic: Callable[..., str],
+        tmp_path: Path) -> None:
+    """FLUSHALL in the middle of a fetch→ack run, later a Redis restarted empty: no record is
+    skipped (the consumer starts at `latest`, which without the checkpoint would skip all that
+    is unread), and every record delivered twice lies at or after the checkpoint the gateway had
+    written before the loss: duplicates are bounded by one checkpoint interval."""
+    interval_ms = 300
+    nodes: list[Node] = []
+    try:
+        url = own_redis[0].extra["url"]
+        nodes = [start_node(url, bootstrap, tmp_path, checkpoint_interval_ms=interval_ms,
+                            consume_timeout_ms=3000) for _ in range(2)]
+        api = Api([n.url for n in nodes])
+        topic, g, parts = make_topic(4), unique("ck"), 4
+        assert api.message(consumer=g, topic=topic, wait_ms=0).json()["status"] == "empty"  # at latest
+        total = 1200
+        produce_spread(api, topic, [str(i) for i in range(total)], parts)
+        reader = Reader(api, g, topic)
+        r = redis.Redis.from_url(own_redis[0].extra["url"])
+
+        losses: list[dict[int, int]] = []
+        for loss in ("flushall", "restart"):
+            reader.read(300)
+            # What the gateway has checkpointed by now (a round between this read and the loss
+            # only moves it forward): every redelivery must come from at or after it.
+            wait_for(lambda: len(group_offsets(bootstrap, PREFIX + g, topic, parts)) == parts,
+                     "a checkpoint of every partition")
+            losses.append(group_offsets(bootstrap, PREFIX + g, topic, parts))
+            if loss == "flushall":
+                r.flushall()
+            else:
+                r.close()
+                own_redis[0].stop()
+                own_redis.append(devstack.start_redis(own_redis[0].port))  # empty, same address
+        reader.read_until(lambda: len(reader.values) >= total, timeout=120)
+        assert reader.values == {str(i) for i in range(total)}  # nothing skipped
+        dups = {k: n for k, n in reader.seen.items() if n > 1}
+        floor = {p: min(loss[p] for loss in losses) for p in range(parts)}
+        early = [k for k in dups if k[1] < floor[k[0]]]
+        assert not early, f"redelivered from before the checkpoint: {sorted(early)[:10]}"
+        print(f"\n{total} records, 2 losses, {sum(n - 1 for n in dups.values())} redeliveries "
+              f"(checkpoint interval {interval_ms} ms)")
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+@pytest.mark.timeout(120)
+def test_reset_is_written_to_the_checkpoint_at_once(
+        own_redis: list[devstack.Service], bootstrap: str, make_topic: Callable[..., str],
+        tmp_path: Path) -> None:
+    """A reset goes to the consumer group without waiting for a round (the interval here is a
+    minute), so a restore after it does not undo it; deleting the consumer with its offsets
+    deletes the group."""
+    node = start_node(own_redis[0].extra["url"], bootstrap, tmp_path, checkpoint_interval_ms=60_000)
+    try:
+        api = Api([node.url])
+        topic, g = make_topic(2), unique("ck")
+        api.config(g, start="earliest")
+        api.produce_exact(topic, ["a", "b", "c"], partition=0)
+        r = api.http.post(api.url(f"/admin/consumers/{g}/reset"), json={"topic": topic, "to": "latest"})
+        assert r.status_code == 200, r.text
+        assert group_offsets(bootstrap, PREFIX + g, topic, 2) == {0: 3, 1: 0}
+        redis.Redis.from_url(own_redis[0].extra["url"]).flushall()  # the reset survives losing Redis
+        assert api.message(consumer=g, topic=topic, wait_ms=0).json()["status"] == "empty"
+        api.produce(topic, ["d"], partition=0)
+        body = api.message(consumer=g, topic=topic, wait_ms=5000).json()
+        assert [m["value"] for m in body["messages"]] == ["d"], body
+        r = api.http.delete(api.url(f"/admin/consumers/{g}"), params={"deleteOffsets": "true"})
+        assert r.status_code == 200, r.text
+        assert group_offsets(bootstrap, PREFIX + g, topic, 2) == {}
+    finally:
+        node.stop()
+
+
+@pytest.mark.skipif(ON_TANSU, reason="Kafka's own tool runs against Apache Kafka")
+@pytest.mark.timeout(120)
+def test_kafka_consumer_groups_tool_sees_the_lag_of_a_gateway_consumer(
+        api: Api, bootstrap: str, make_topic: Callable[..., str]) -> None:
+    """The official ``kafka-consumer-groups --describe`` (its class, from the broker's jars) reads
+    a gateway consumer's committed offsets and lag from its checkpoint group."""
+    from gateway.cli import kafka_dist
+
+    topic, g = make_topic(1), unique("ck")
+    api.config(g, start="earliest")
+    api.produce(topic, [f"v{i}" for i in range(10)], partition=0)
+    body = api.message(consumer=g, topic=topic, max=4, wait_ms=5000).json()
+    assert api.ack(body["requestId"]).json()["committedOffset"] == 4
+    cmd = [kafka_dist.java(), "-Xmx128m", "-cp", f"{kafka_dist.resolve()}/*",
+           kafka_dist.CONSUMER_GROUPS_TOOL, "--bootstrap-server", bootstrap, "--describe",
+           "--group", PREFIX + g]
+
+    def described() -> list[str] | None:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+        rows = [line.split() for line in out.splitlines() if line.split()[:1] == [PREFIX + g]]
+        return rows[0] if rows else None
+    row = wait_for(described, "the group in kafka-consumer-groups", timeout=60)
+    # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
+    assert row[1:6] == [topic, "0", "4", "10", "6"], row
