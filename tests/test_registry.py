@@ -287,7 +287,10 @@ def test_auth_registry_and_rate_limit_cost_no_extra_redis_round_trip(
         r = sec.call("POST", "/ack", key, json={"requestId": body["requestId"]})
         assert r.json()["result"] == "committed"
         time.sleep(0.2)
-        lines = [ln for ln in mon.lines[before:] if f"{{{g}}}" in ln]
+        # A node's offset checkpoint round (every 5 s: it reads every consumer's hashes and
+        # records what it copied) is not part of the request path; it may fall in this window.
+        lines = [ln for ln in mon.lines[before:] if f"{{{g}}}" in ln
+                 and not ln.startswith(("HGETALL", "ZRANGE")) and ":ckp" not in ln]
     assert mon.count("choose", f"{{{g}}}") == 1 and mon.count("ack", f"{{{g}}}") == 1, lines
     assert len(lines) == 2, lines  # nothing else touched the consumer's keys
 

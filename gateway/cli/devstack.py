@@ -96,14 +96,14 @@ def start_broker(port: int | None = None) -> Service:
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 15.0,
-                 config: dict[str, str] | None = None) -> None:
+                 config: dict[str, str] | None = None, replication: int = 1) -> None:
     """Create a topic (idempotent) and wait until every partition is served."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
-        for f in admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
+        for f in admin.create_topics([NewTopic(topic, partitions, replication, config=config or {})]).values():
             f.result(timeout)
     except KafkaException as e:
         if "already exists" not in str(e).lower() and "TOPIC_ALREADY_EXISTS" not in str(e):

@@ -15,10 +15,12 @@ import base64
 import fcntl
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .devstack import Service, free_port, spawn, wait_port
@@ -131,7 +133,6 @@ def java() -> str:
 def start_kafka(port: int | None = None, heap: str = "512m", timeout: float = 90.0) -> Service:
     """One Apache Kafka node in KRaft combined mode on loopback, storage in a temporary directory
     (removed by ``stop()``). ``extra["bootstrap"]`` is its address, as with ``start_broker``."""
-    libs = resolve()
     port = port or free_port()
     controller_port = free_port()
     work = tempfile.mkdtemp(prefix="mqgw-kafka-")
@@ -139,31 +140,135 @@ def start_kafka(port: int | None = None, heap: str = "512m", timeout: float = 90
     props.write_text(_PROPERTIES.format(
         node_id=1, voters=f"1@127.0.0.1:{controller_port}", port=port,
         controller_port=controller_port, data=Path(work) / "data", replication=1, min_isr=1))
-    cp = f"{libs}/*"
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-    fmt = subprocess.run([java(), "-Xmx256m", "-cp", cp, "kafka.tools.StorageTool", "format",
-                          "-t", cluster_id, "-c", str(props)],
-                         capture_output=True, text=True, timeout=120)
-    if fmt.returncode != 0:
-        shutil.rmtree(work, ignore_errors=True)
-        raise RuntimeError(f"formatting Kafka's storage failed:\n{(fmt.stdout + fmt.stderr)[-3000:]}")
-    log = os.path.join(work, "kafka.log")
-    proc = spawn([java(), f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseSerialGC",
-                  "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp, "kafka.Kafka",
-                  str(props)], log)
-    svc = Service("kafka", port, proc, work, {"bootstrap": f"127.0.0.1:{port}"})
     try:
-        wait_port(port, timeout=timeout, proc=proc)
-        _wait_ready(svc.extra["bootstrap"], time.monotonic() + timeout, proc)
+        _format(props, _cluster_id())
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    log = os.path.join(work, "kafka.log")
+    svc = Service("kafka", port, _launch(props, heap, log), work, {"bootstrap": f"127.0.0.1:{port}"})
+    try:
+        wait_port(port, timeout=timeout, proc=svc.proc)
+        _wait_ready(svc.extra["bootstrap"], time.monotonic() + timeout, svc.proc)
     except BaseException as e:
-        tail = Path(log).read_text(errors="replace")[-3000:] if Path(log).exists() else ""
         svc.stop()
-        raise RuntimeError(f"Apache Kafka did not start: {e}\n{tail}") from e
+        raise RuntimeError(f"Apache Kafka did not start: {e}\n{_tail(log)}") from e
     return svc
 
 
-def _wait_ready(bootstrap: str, deadline: float, proc: subprocess.Popen) -> None:
-    """Until the broker answers a metadata request listing itself (the controller elected)."""
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def _format(props: Path, cluster_id: str) -> None:
+    fmt = subprocess.run([java(), "-Xmx256m", "-cp", f"{resolve()}/*", "kafka.tools.StorageTool",
+                          "format", "-t", cluster_id, "-c", str(props)],
+                         capture_output=True, text=True, timeout=120)
+    if fmt.returncode != 0:
+        raise RuntimeError(f"formatting Kafka's storage failed:\n{(fmt.stdout + fmt.stderr)[-3000:]}")
+
+
+def _launch(props: Path, heap: str, log: str) -> subprocess.Popen:
+    return spawn([java(), f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseSerialGC",
+                  "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", f"{resolve()}/*",
+                  "kafka.Kafka", str(props)], log)
+
+
+def _tail(log: str) -> str:
+    return Path(log).read_text(errors="replace")[-3000:] if Path(log).exists() else ""
+
+
+@dataclass
+class KafkaNode:
+    node_id: int
+    port: int
+    props: Path
+    log: str
+    proc: subprocess.Popen | None = None
+
+
+@dataclass
+class KafkaCluster:
+    """Several Apache Kafka nodes, each broker and controller (a KRaft quorum of all of them), on
+    loopback, for tests that kill and restart brokers. ``stop()`` removes everything."""
+
+    nodes: list[KafkaNode]
+    work: str
+    heap: str
+    bootstrap: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def node(self, node_id: int) -> KafkaNode:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        n = self.node(node_id)
+        if n.proc is not None and n.proc.poll() is None:
+            os.killpg(n.proc.pid, sig)
+            n.proc.wait(30)
+
+    def start(self, node_id: int) -> None:
+        """(Re)start a node on its own storage and ports."""
+        n = self.node(node_id)
+        n.proc = _launch(n.props, self.heap, n.log)
+        wait_port(n.port, timeout=90, proc=n.proc)
+
+    def signal_all(self, sig: int) -> None:
+        """SIGSTOP / SIGCONT every node: a cluster that stops answering and comes back."""
+        for n in self.nodes:
+            if n.proc is not None and n.proc.poll() is None:
+                os.killpg(n.proc.pid, sig)
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            if n.proc is not None and n.proc.poll() is None:
+                os.killpg(n.proc.pid, signal.SIGCONT)
+                os.killpg(n.proc.pid, signal.SIGKILL)
+                n.proc.wait(30)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def start_cluster(size: int = 3, heap: str = "384m", timeout: float = 120.0) -> KafkaCluster:
+    """``size`` Apache Kafka nodes in KRaft combined mode; topics default to replication
+    factor ``size`` and ``min.insync.replicas`` ``size - 1``. Ready when metadata lists all."""
+    work = tempfile.mkdtemp(prefix="mqgw-kcluster-")
+    ports = [(free_port(), free_port()) for _ in range(size)]
+    voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+    nodes = []
+    cluster_id = _cluster_id()
+    for i, (port, controller_port) in enumerate(ports):
+        d = Path(work) / f"node{i + 1}"
+        d.mkdir()
+        props = d / "server.properties"
+        # A killed broker is fenced (its partitions get new leaders) once its session times
+        # out: 9 s by default, 3 s here so that failover tests do not wait for it.
+        props.write_text(_PROPERTIES.format(
+            node_id=i + 1, voters=voters, port=port, controller_port=controller_port,
+            data=d / "data", replication=size, min_isr=max(1, size - 1))
+            + "broker.session.timeout.ms=3000\nbroker.heartbeat.interval.ms=500\n")
+        nodes.append(KafkaNode(i + 1, port, props, str(d / "kafka.log")))
+    cluster = KafkaCluster(nodes, work, heap)
+    try:
+        for n in nodes:
+            _format(n.props, cluster_id)
+        for n in nodes:
+            n.proc = _launch(n.props, heap, n.log)
+        deadline = time.monotonic() + timeout
+        for n in nodes:
+            assert n.proc is not None
+            wait_port(n.port, timeout=timeout, proc=n.proc)
+        _wait_ready(cluster.bootstrap, deadline, nodes[0].proc, brokers=size)  # type: ignore[arg-type]
+    except BaseException as e:
+        tails = "\n".join(f"node {n.node_id}: {_tail(n.log)[-800:]}" for n in nodes)
+        cluster.stop()
+        raise RuntimeError(f"the Kafka cluster did not start: {e}\n{tails}") from e
+    return cluster
+
+
+def _wait_ready(bootstrap: str, deadline: float, proc: subprocess.Popen, brokers: int = 1) -> None:
+    """Until metadata lists ``brokers`` brokers (the controller elected, the brokers registered)."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -171,8 +276,9 @@ def _wait_ready(bootstrap: str, deadline: float, proc: subprocess.Popen) -> None
         if proc.poll() is not None:
             raise RuntimeError(f"exited with {proc.returncode}")
         try:
-            if admin.list_topics(timeout=2).brokers:
+            if len(admin.list_topics(timeout=2).brokers) >= brokers:
                 return
         except Exception:  # noqa: BLE001 - not up yet
-            time.sleep(0.2)
+            pass
+        time.sleep(0.2)
     raise TimeoutError("no metadata answer")
