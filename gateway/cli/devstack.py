@@ -103,7 +103,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 1
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
-        for f in admin.create_topics([NewTopic(topic, partitions, replication, config=config or {})]).values():
+        new = NewTopic(topic, partitions, replication, config=config or {})
+        for f in admin.create_topics([new]).values():
             f.result(timeout)
     except KafkaException as e:
         if "already exists" not in str(e).lower() and "TOPIC_ALREADY_EXISTS" not in str(e):
