@@ -157,7 +157,7 @@ def produce_requests(topic: str, per_request: int, value_size: int, variants: in
 
 async def run_produce(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["kind"] == "noop":  # GET /healthz through the same app, middleware and connections
-        reqs = [httpc.get("/healthz")]
+        reqs = [httpc.get(spec.get("path", "/healthz"))]
     else:
         reqs = produce_requests(spec["topic"], spec["per_request"], spec["value_size"])
     conns, placement = await open_connections(spec["port"], spec["concurrency"], spec.get("balance", []))

@@ -1,4 +1,5 @@
-"""mq-gateway benchmark: one run starts redis-server, the broker (Tansu) and the gateway
+"""mq-gateway benchmark: for each broker (Tansu, then Apache Kafka; --broker) one run starts
+redis-server, the broker and the gateway
 (2 uvicorn workers, the same command line as ``mqgw serve``), measures, and stops them all.
 
     .venv/bin/python bench/run.py            # or: make bench  (BENCH_ARGS="--duration 5")
@@ -6,6 +7,8 @@
 Phases (each measured for --duration seconds after --warmup seconds):
   noop     GET /healthz, 16 connections: the HTTP stack alone (server, app, middleware), the
            ceiling the other phases' request rates are compared with ("vs noop")
+  noopredis  GET /noop-redis on bench/noopredis.py: the same server stack plus one Redis script
+           call per request ("vs noop+redis": what a request that must touch Redis can reach)
   raw      confluent-kafka produce (100 B values, the gateway's producer settings) and
            consume (assign at offset 0, fetch.queue.backoff.ms=0) on the same broker
   p1       POST /produce, 1 record per request, 16 connections
@@ -347,33 +350,41 @@ def _ms(d: dict[str, Any], k: str) -> str:
     return f"{d[k]:.2f}" if k in d else "-"
 
 
-def report(res: dict[str, Any]) -> str:
+def report(res: dict[str, Any], paced_rate: int, broker: str) -> str:
+    """One broker's figures in full (the side-by-side table is :func:`report_both`)."""
     raw, ph, ratios = res["raw"], res["phases"], res["ratios"]
-    rows = [("figure", "records/s", "req/s", "p50 ms", "p99 ms", "vs raw", "vs noop", "target")]
+    rows = [(f"figure ({broker})", "records/s", "req/s", "p50 ms", "p99 ms", "vs raw", "vs noop",
+             "vs noop+redis", "target")]
     rows.append(("raw produce, 100 B (gateway producer conf)", _n(raw["produce"]["records_per_s"]),
-                 "", "", "", "1", "", ""))
-    rows.append(("raw consume from offset 0", _n(raw["consume"]["records_per_s"]), "", "", "", "1", "", ""))
-    labels = {"noop": "GET /healthz (no-op), c=16", "p1": "HTTP produce 1 rec/req, c=16",
+                 "", "", "", "1", "", "", ""))
+    rows.append(("raw consume from offset 0", _n(raw["consume"]["records_per_s"]), "", "", "", "1",
+                 "", "", ""))
+    labels = {"noop": "GET /healthz (no-op), c=16",
+              "noopredis": "no-op + 1 Redis script (bench/noopredis.py)",
+              "p1": "HTTP produce 1 rec/req, c=16",
               "p100": "HTTP produce 100 rec/req, c=16",
               "f32": "fetch+ack max=32, 16 consumers", "f1000": "fetch+ack max=1000, 16 consumers",
               "f32pb": "fetch max=32 + piggy-backed ack",
-              "f32r": f"fetch+ack max=32 offered {res['config']['paced_rate']:,}/s"}
+              "f32r": f"fetch+ack max=32 offered {paced_rate:,}/s"}
     for name, r in ph.items():
         met = res["targets"].get(name, {}).get("met")
         mark = "" if met is None else ("MET" if met else "MISSED")
         ratio = f"{ratios[name]:.3f}" if name in ratios else ""
         vs_noop = f"{ratios[name + '_vs_noop']:.3f}" if name + "_vs_noop" in ratios else ""
-        if name == "noop" or name.startswith("p"):
+        vs_nr = f"{ratios[name + '_vs_noopredis']:.3f}" if name + "_vs_noopredis" in ratios else ""
+        if name.startswith(("noop", "p")):
             lat = r["latency_ms"]
-            rows.append((labels.get(name, name), "" if name == "noop" else _n(r["records_per_s"]),
-                         _n(r["req_per_s"]), _ms(lat, "p50"), _ms(lat, "p99"), ratio, vs_noop, mark))
+            rows.append((labels.get(name, name), "" if name.startswith("noop") else _n(r["records_per_s"]),
+                         _n(r["req_per_s"]), _ms(lat, "p50"), _ms(lat, "p99"), ratio, vs_noop, vs_nr,
+                         mark))
         else:
             m, a = r["message_latency_ms"], r["ack_latency_ms"]
             rows.append((labels.get(name, name), _n(r["records_per_s"]),
                          _n(r["fetch_per_s"] + (r["ack_per_s"] if a.get("n") else 0)),
-                         f"msg {_ms(m, 'p50')}", f"msg {_ms(m, 'p99')}", ratio, vs_noop, mark))
+                         f"msg {_ms(m, 'p50')}", f"msg {_ms(m, 'p99')}", ratio, vs_noop, vs_nr, mark))
             if a.get("n"):
-                rows.append(("", "", "", f"ack {_ms(a, 'p50')}", f"ack {_ms(a, 'p99')}", "", "", ""))
+                rows.append(("", "", "", f"ack {_ms(a, 'p50')}", f"ack {_ms(a, 'p99')}", "", "", "",
+                             ""))
     w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for j, r in enumerate(rows):
@@ -381,8 +392,8 @@ def report(res: dict[str, Any]) -> str:
         if j == 0:
             lines.append("  ".join("-" * x for x in w))
     lines.append("")
-    lines.append("CPU during each measured window, % of one core (the machine has "
-                 f"{res['machine']['cpus']}; 'others' = processes not started by this run):")
+    lines.append("CPU during each measured window, % of one core ('others' = processes not "
+                 "started by this run; for noopredis, 'workers' are its own):")
     for name, r in ph.items():
         c = r["cpu_pct"]
         workers = [f"{c[k]:.0f}" for k in c if k.startswith("worker")]
@@ -407,6 +418,165 @@ def report(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def start_broker(stack: Stack, broker: str) -> devstack.Service:
+    if broker == "kafka":
+        from gateway.cli import kafka_dist
+
+        return stack.add(kafka_dist.start_kafka(heap="1g"))
+    return stack.add(devstack.start_broker())
+
+
+def start_noopredis(stack: Stack, redis_url: str, workers: int) -> tuple[devstack.Service, list[int]]:
+    """bench/noopredis.py on the gateway's server stack: the one-script-call ceiling."""
+    port = devstack.free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS / "noopredis.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, str(HERE / "noopredis.py"), str(port), str(workers),
+                                 redis_url], env=env, cwd=HERE, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    svc = stack.add(devstack.Service("noopredis", port, proc))
+    devstack.wait_port(port, timeout=30, proc=proc)
+    deadline = time.monotonic() + 10
+    while len(pids := procstat.uvicorn_workers(proc.pid)) < workers and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return svc, pids
+
+
+def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases: list[str],
+               extra_env: dict[str, str], profile_dir: Path | None) -> dict[str, Any]:
+    """Every measurement on one broker: its own Redis, broker, raw client, gateway and ceilings."""
+    res: dict[str, Any] = {"raw": {}, "phases": {}, "ratios": {}, "targets": {}}
+    t0_broker = time.monotonic()
+    print(f"=== broker: {broker_name}", flush=True)
+    if broker_name == "tansu":  # Tansu's tail race: holes are looked at twice (Settings)
+        extra_env = {"MQGW_GAP_RECHECK_MS": "30", **extra_env}
+    redis = stack.add(devstack.start_redis())
+    global REDIS_URL
+    REDIS_URL = redis.extra["url"]
+    broker = start_broker(stack, broker_name)
+    bs = broker.extra["bootstrap"]
+    for t in (BACKLOG_TOPIC, *(f"{PRODUCE_TOPIC}-{p}" for p in phases if p.startswith("p"))):
+        devstack.create_topic(bs, t, args.partitions)
+    print(f"redis {redis.extra['url']}  broker {bs}  topics {args.partitions} partitions", flush=True)
+
+    print(f"raw produce: {args.prefill:,} x {args.value_size} B into {BACKLOG_TOPIC} ...", flush=True)
+    named = {"redis": redis.proc.pid, "broker": broker.proc.pid, "raw_client": os.getpid()}
+    s0, w0 = procstat.snapshot(named), time.monotonic()
+    res["raw"]["produce"] = rawkafka.produce(bs, BACKLOG_TOPIC, args.prefill, args.value_size)
+    res["raw"]["produce"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
+    total = res["raw"]["produce"]["total_in_topic"]
+    print(f"  {res['raw']['produce']['records_per_s']:,.0f} msgs/s", flush=True)
+    s0, w0 = procstat.snapshot(named), time.monotonic()
+    res["raw"]["consume"] = rawkafka.consume(bs, BACKLOG_TOPIC, args.partitions, total)
+    res["raw"]["consume"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
+    print(f"raw consume: {res['raw']['consume']['records_per_s']:,.0f} msgs/s", flush=True)
+
+    src = Path(args.gateway_src).resolve()
+    if not any((src / "gateway" / f).exists() for f in ("api/app.py", "app.py")):
+        raise SystemExit(f"--gateway-src {src}: no gateway package there")
+    gw, workers = start_gateway(stack, redis.extra["url"], bs, args.workers, extra_env, src)
+    nr, nr_workers = start_noopredis(stack, redis.extra["url"], args.workers)
+    print(f"gateway ({src}/gateway) on 127.0.0.1:{gw.port}, master {gw.proc.pid}, workers {workers}",
+          flush=True)
+    named = {"redis": redis.proc.pid, "broker": broker.proc.pid, "gateway_master": gw.proc.pid,
+             **{f"worker{i + 1}": p for i, p in enumerate(workers)}}
+    res["gateway"] = {"port": gw.port, "cmd": _serve_cmd("127.0.0.1", gw.port, args.workers),
+                      "workers": workers, "src": str(src), "git_head": git_head(src)}
+
+    common = {"port": gw.port, "concurrency": args.concurrency, "duration": args.duration,
+              "warmup": args.warmup, "balance": [] if args.no_balance else workers}
+    specs: dict[str, dict[str, Any]] = {
+        "noop": {"kind": "noop", "per_request": 0, "value_size": 0},
+        "noopredis": {"kind": "noop", "per_request": 0, "value_size": 0, "path": "/noop-redis",
+                      "port": nr.port, "balance": [] if args.no_balance else nr_workers},
+        "p1": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p1", "per_request": 1,
+               "value_size": args.value_size},
+        "p100": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p100", "per_request": 100,
+                 "value_size": args.value_size},
+        "f32": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32", "max": 32,
+                "ack": "separate"},
+        "f1000": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f1000", "max": 1000,
+                  "ack": "separate"},
+        "f32pb": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32pb", "max": 32,
+                  "ack": "piggyback"},
+        "f32r": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32r", "max": 32,
+                 "ack": "separate", "rate": args.paced_rate},
+    }
+    if args.secure:
+        common["key"] = secure_setup(redis.extra["url"], gw.port, specs, phases)
+    for name in phases:
+        spec = {**common, **specs[name]}
+        if name == "noopredis":
+            named_now = {**named, **{f"worker{i + 1}": p for i, p in enumerate(nr_workers)}}
+            r = run_phase(stack, name, spec, named_now, nr.port, nr_workers, profile_dir)
+            res["phases"][name] = r
+            print(f"  {r['req_per_s']:,.0f} req/s", flush=True)
+            continue
+        if spec["kind"] == "consume":
+            configure_consumer(gw.port, spec["group"])
+        print(f"phase {name}: {args.warmup:g} s warm-up + {args.duration:g} s ...", flush=True)
+        r = run_phase(stack, name, spec, named, gw.port, workers, profile_dir)
+        if spec["kind"] == "consume":
+            r["after"] = queue_backlog(gw.port, spec["group"])
+            r["backlog_held"] = r["empty"] == 0 and r["after"].get("backlog", 0) > 0
+        res["phases"][name] = r
+        if name in TARGETS:
+            res["targets"][name] = {"target": TARGETS[name], "met": check_target(name, r)}
+        if spec["kind"] == "noop":
+            print(f"  {r['req_per_s']:,.0f} req/s", flush=True)
+            continue
+        raw_ref = res["raw"]["produce" if spec["kind"] == "produce" else "consume"]["records_per_s"]
+        res["ratios"][name] = r["records_per_s"] / raw_ref
+        req_s = (r["req_per_s"] if spec["kind"] == "produce"
+                 else r["fetch_per_s"] + r.get("ack_per_s", 0))
+        for ceiling in ("noop", "noopredis"):
+            if ceiling in res["phases"]:
+                res["ratios"][f"{name}_vs_{ceiling}"] = req_s / res["phases"][ceiling]["req_per_s"]
+        print(f"  {r['records_per_s']:,.0f} records/s", flush=True)
+    res["wall_s"] = round(time.monotonic() - t0_broker, 1)
+    print()
+    print(report(res, args.paced_rate, broker_name), flush=True)
+    return res
+
+
+def report_both(full: dict[str, Any]) -> str:
+    """Every phase with the brokers side by side: records/s (or req/s), p99, and the ratios to
+    the raw client on the same broker, the no-op endpoint and the one-script no-op."""
+    brokers = list(full["brokers"])
+    head = ["phase"]
+    for b in brokers:
+        head += [f"{b} rec/s", "req/s", "p99 ms", "vs raw", "vs noop", "vs noop+redis"]
+    rows = [tuple(head)]
+    order = ["raw produce", "raw consume", *next(iter(full["brokers"].values()))["phases"]]
+    for name in order:
+        row = [name]
+        for b in brokers:
+            res = full["brokers"][b]
+            if name.startswith("raw"):
+                r = res["raw"][name.split()[1]]
+                row += [_n(r["records_per_s"]), "", "", "1", "", ""]
+                continue
+            r = res["phases"].get(name)
+            if r is None:
+                row += [""] * 6
+                continue
+            ratios = res["ratios"]
+            consume = "fetch_per_s" in r
+            req_s = r["fetch_per_s"] + r.get("ack_per_s", 0) if consume else r["req_per_s"]
+            lat = r["message_latency_ms"] if consume else r["latency_ms"]
+            row += ["" if name.startswith("noop") else _n(r["records_per_s"]), _n(req_s),
+                    _ms(lat, "p99"),
+                    f"{ratios[name]:.3f}" if name in ratios else "",
+                    f"{ratios[name + '_vs_noop']:.3f}" if name + "_vs_noop" in ratios else "",
+                    f"{ratios[name + '_vs_noopredis']:.3f}" if name + "_vs_noopredis" in ratios else ""]
+        rows.append(tuple(row))
+    w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    lines.insert(1, "|" + "|".join(" --- " for _ in w) + "|")
+    return "\n".join(lines)
+
+
 # -- main ----------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -419,7 +589,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--paced-rate", type=int, default=40_000, help="offered records/s of phase f32r")
     ap.add_argument("--workers", type=int, default=2, help="uvicorn workers (2)")
-    ap.add_argument("--phases", default="noop,p1,p100,f32,f1000,f32pb,f32r")
+    ap.add_argument("--phases", default="noop,noopredis,p1,p100,f32,f1000,f32pb,f32r")
+    ap.add_argument("--broker", choices=("tansu", "kafka", "both"), default="both",
+                    help="the broker(s) to measure, one after the other in this run (both)")
     ap.add_argument("--no-balance", action="store_true",
                     help="open the connections all at once and let the workers' shared accept decide"
                          " (often 16/0); by default they are spread evenly over the workers")
@@ -456,8 +628,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(),
         "config": {**{k: v for k, v in vars(args).items() if k != "out"}, "gateway_env": extra_env,
                    "mqgw_env_inherited": {k: v for k, v in os.environ.items() if k.startswith("MQGW_")}},
-        "raw": {}, "phases": {}, "ratios": {}, "targets": {},
     }
+    res["brokers"] = {}
     stack = Stack()
 
     def on_term(signum: int, _frame: Any) -> None:
@@ -465,80 +637,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     t_start = time.monotonic()
+    brokers = ["tansu", "kafka"] if args.broker == "both" else [args.broker]
     try:
-        redis = stack.add(devstack.start_redis())
-        global REDIS_URL
-        REDIS_URL = redis.extra["url"]
-        broker = stack.add(devstack.start_broker())
-        bs = broker.extra["bootstrap"]
-        for t in (BACKLOG_TOPIC, *(f"{PRODUCE_TOPIC}-{p}" for p in phases if p.startswith("p"))):
-            devstack.create_topic(bs, t, args.partitions)
-        print(f"redis {redis.extra['url']}  broker {bs}  topics {args.partitions} partitions", flush=True)
-
-        print(f"raw produce: {args.prefill:,} x {args.value_size} B into {BACKLOG_TOPIC} ...", flush=True)
-        named = {"redis": redis.proc.pid, "broker": broker.proc.pid, "raw_client": os.getpid()}
-        s0, w0 = procstat.snapshot(named), time.monotonic()
-        res["raw"]["produce"] = rawkafka.produce(bs, BACKLOG_TOPIC, args.prefill, args.value_size)
-        res["raw"]["produce"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
-        total = res["raw"]["produce"]["total_in_topic"]
-        print(f"  {res['raw']['produce']['records_per_s']:,.0f} msgs/s", flush=True)
-        s0, w0 = procstat.snapshot(named), time.monotonic()
-        res["raw"]["consume"] = rawkafka.consume(bs, BACKLOG_TOPIC, args.partitions, total)
-        res["raw"]["consume"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
-        print(f"raw consume: {res['raw']['consume']['records_per_s']:,.0f} msgs/s", flush=True)
-
-        src = Path(args.gateway_src).resolve()
-        if not any((src / "gateway" / f).exists() for f in ("api/app.py", "app.py")):
-            raise SystemExit(f"--gateway-src {src}: no gateway package there")
-        gw, workers = start_gateway(stack, redis.extra["url"], bs, args.workers, extra_env, src)
-        print(f"gateway ({src}/gateway) on 127.0.0.1:{gw.port}, master {gw.proc.pid}, workers {workers}",
-              flush=True)
-        named = {"redis": redis.proc.pid, "broker": broker.proc.pid, "gateway_master": gw.proc.pid,
-                 **{f"worker{i + 1}": p for i, p in enumerate(workers)}}
-        res["gateway"] = {"port": gw.port, "cmd": _serve_cmd("127.0.0.1", gw.port, args.workers),
-                          "workers": workers, "src": str(src), "git_head": git_head(src)}
-
-        common = {"port": gw.port, "concurrency": args.concurrency, "duration": args.duration,
-                  "warmup": args.warmup, "balance": [] if args.no_balance else workers}
-        specs: dict[str, dict[str, Any]] = {
-            "noop": {"kind": "noop", "per_request": 0, "value_size": 0},
-            "p1": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p1", "per_request": 1,
-                   "value_size": args.value_size},
-            "p100": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p100", "per_request": 100,
-                     "value_size": args.value_size},
-            "f32": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32", "max": 32,
-                    "ack": "separate"},
-            "f1000": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f1000", "max": 1000,
-                      "ack": "separate"},
-            "f32pb": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32pb", "max": 32,
-                      "ack": "piggyback"},
-            "f32r": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32r", "max": 32,
-                     "ack": "separate", "rate": args.paced_rate},
-        }
-        if args.secure:
-            common["key"] = secure_setup(redis.extra["url"], gw.port, specs, phases)
-        for name in phases:
-            spec = {**common, **specs[name]}
-            if spec["kind"] == "consume":
-                configure_consumer(gw.port, spec["group"])
-            print(f"phase {name}: {args.warmup:g} s warm-up + {args.duration:g} s ...", flush=True)
-            r = run_phase(stack, name, spec, named, gw.port, workers, profile_dir)
-            if spec["kind"] == "consume":
-                r["after"] = queue_backlog(gw.port, spec["group"])
-                r["backlog_held"] = r["empty"] == 0 and r["after"].get("backlog", 0) > 0
-            res["phases"][name] = r
-            if name in TARGETS:
-                res["targets"][name] = {"target": TARGETS[name], "met": check_target(name, r)}
-            if spec["kind"] == "noop":
-                print(f"  {r['req_per_s']:,.0f} req/s", flush=True)
-                continue
-            raw_ref = res["raw"]["produce" if spec["kind"] == "produce" else "consume"]["records_per_s"]
-            res["ratios"][name] = r["records_per_s"] / raw_ref
-            if "noop" in res["phases"]:
-                req_s = (r["req_per_s"] if spec["kind"] == "produce"
-                         else r["fetch_per_s"] + r.get("ack_per_s", 0))
-                res["ratios"][f"{name}_vs_noop"] = req_s / res["phases"]["noop"]["req_per_s"]
-            print(f"  {r['records_per_s']:,.0f} records/s", flush=True)
+        for b in brokers:
+            res["brokers"][b] = run_broker(stack, b, args, phases, extra_env, profile_dir)
+            stack.stop()
         res["wall_s"] = round(time.monotonic() - t_start, 1)
     except KeyboardInterrupt as e:
         stack.stop()
@@ -552,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(text)
     (out.parent / f"run-{stamp}.json").write_text(text)
     print()
-    print(report(res))
+    print(report_both(res))
     print(f"\nwall time {res['wall_s']} s; JSON: {os.path.relpath(out, ROOT)} (+ run-{stamp}.json)")
     if profile_dir is not None:
         print(f"profiles in {os.path.relpath(profile_dir, ROOT)}/: <phase>-<pid>.txt py-spy collapsed"

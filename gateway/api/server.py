@@ -83,6 +83,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._header_s, self._body_s, self._cap = limits()
         self._deadline: asyncio.TimerHandle | None = None
+        self._lingering = False
 
     # -- connection ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -110,7 +111,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self.parser is None:
+        if self.parser is None or self._lingering:
             return  # refused, or closing
         super().data_received(data)
 
@@ -126,11 +127,24 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self._arm(self._body_s, self._body_timed_out)
             send = cycle.send
 
+            early = [False]
+
             async def send_closing_if_early(message: Any) -> None:
                 # An answer before the body was read whole: the rest of the body must not be
                 # taken for the next request, so this connection ends with this response.
                 if message["type"] == "http.response.start" and cycle.more_body:
-                    cycle.keep_alive = False
+                    cycle.keep_alive = False  # uvicorn then says `Connection: close`
+                    early[0] = True
+                if early[0] and message["type"] == "http.response.body" \
+                        and not message.get("more_body", False):
+                    # ... and closes, but only after a lingering moment (uvicorn would close at
+                    # once: with the body's rest unread the kernel resets the connection, and
+                    # the reset destroyed the 413 before the client read it, now and then).
+                    cycle.keep_alive = True
+                    cycle.on_response = lambda: None
+                    await send(message)
+                    self._close_lingering()
+                    return
                 await send(message)
 
             cycle.send = send_closing_if_early  # type: ignore[method-assign]
@@ -140,6 +154,17 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._disarm()
         super().on_message_complete()
+
+    def _close_lingering(self) -> None:
+        """End the connection after LINGER_S, discarding what still arrives meanwhile."""
+        self._lingering = True
+        self._disarm()
+        if self.transport.is_closing():
+            return
+        self.transport.resume_reading()  # flow control may have paused it: drain, do not reset
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
     # -- timers ---------------------------------------------------------------------------------
     def _arm(self, seconds: float, fn: Any) -> None:
