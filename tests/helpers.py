@@ -370,12 +370,15 @@ class Wire:
 
 
 def run_service(redis_url: str, broker: MemoryBroker, fn: Callable[[Wire], Awaitable[Any]],
-                refresh_ms: int = 50) -> Any:
-    """Run ``fn`` against a consume service over ``broker``, with a private Redis key prefix."""
+                refresh_ms: int = 50, **settings: Any) -> Any:
+    """Run ``fn`` against a consume service over ``broker``, with a private Redis key prefix;
+    ``settings`` override the service's (``checkpoint_interval_ms`` > 0: offset checkpoints
+    on, as ``Wire.svc.checkpoints``, whose rounds the test runs itself)."""
     import redis.asyncio as aioredis
 
     from gateway.config import Settings
     from gateway.core.auth import Authorizer, KeyStore
+    from gateway.core.checkpoint import Checkpoints
     from gateway.core.consume import ConsumeService
     from gateway.core.requestid import RequestIdCodec
     from gateway.core.watermarks import Watermarks
@@ -385,10 +388,14 @@ def run_service(redis_url: str, broker: MemoryBroker, fn: Callable[[Wire], Await
         r = aioredis.Redis.from_url(redis_url)
         try:
             store = OffsetStore(r, unique("p"))  # a private key prefix per test
-            settings = Settings(metadata_refresh_ms=refresh_ms, start_position="earliest",
-                                gap_recheck_ms=5, open_mode=True, auth=False)
-            svc = ConsumeService(settings, store, broker, Watermarks(store, broker, refresh_ms),
-                                 RequestIdCodec("k"), Authorizer(False, KeyStore(store)))
+            base: dict[str, Any] = dict(metadata_refresh_ms=refresh_ms, start_position="earliest",
+                                        gap_recheck_ms=5, open_mode=True, auth=False,
+                                        checkpoint_interval_ms=0)
+            conf = Settings(**{**base, **settings})
+            checkpoints = Checkpoints(conf, store, broker)
+            svc = ConsumeService(conf, store, broker, Watermarks(store, broker, refresh_ms),
+                                 RequestIdCodec("k"), Authorizer(False, KeyStore(store)),
+                                 checkpoints=checkpoints)
             return await fn(Wire(svc))
         finally:
             await r.aclose()

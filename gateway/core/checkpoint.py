@@ -115,11 +115,14 @@ class Checkpoints:
             except Exception as e:  # noqa: BLE001 - Redis or the broker away: the next round retries
                 log.warning("offset checkpoint round failed: %r", e)
 
-    async def round(self) -> int:
-        """Copy every moved cluster-mode offset to the broker; how many queues were copied."""
-        if self._names is None:
-            return 0
-        names = sorted(await self._names())
+    async def round(self, consumers: Iterable[str] | None = None) -> int:
+        """Copy every moved cluster-mode offset of ``consumers`` (default: the names given to
+        :meth:`start`) to the broker; how many queues were copied."""
+        if consumers is None:
+            if self._names is None:
+                return 0
+            consumers = await self._names()
+        names = sorted(consumers)
         moved: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
         for c in await self.store.read_consumers(names):
             for q in c.queues:
