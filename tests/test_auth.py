@@ -177,3 +177,27 @@ def test_refused_callers_leave_no_consumer_names_behind(sec: Secure, make_topic,
     seen = {m.decode() for m in rds.zrange("mqgw:{reg}:seen_at", 0, -1)}
     assert g in seen and junk not in seen
     assert junk not in {c["consumer"] for c in sec.admin("GET", "/admin/consumers")["consumers"]}
+
+
+@pytest.mark.timeout(60)
+def test_cached_produce_verdicts_never_outlive_a_revocation_or_a_registration_change(
+        sec: Secure, make_topic: Callable[..., str]) -> None:
+    """Every node caches "this key may produce as P to T" (core/produce.py ProduceGate); a key
+    revoked or a registration changed through any node applies to the very next produce on every
+    node, because the admin call returns only once every process dropped its cached verdicts."""
+    t1, t2, p = make_topic(1), make_topic(1), unique("p")
+    sec.admin("PUT", f"/admin/producers/{p}", json={"topics": [t1, t2]})
+    key = sec.key("prod", producers=[p])
+
+    def produce(node: int, topic: str) -> int:
+        r = sec.call("POST", "/produce", key, node, json={"topic": topic, "value": "v"})
+        return r.status_code
+
+    for _ in range(3):  # cached on both nodes
+        assert [produce(n, t) for n in (0, 1) for t in (t1, t2)] == [200] * 4
+    sec.admin("PUT", f"/admin/producers/{p}", json={"topics": [t1]}, node=0)
+    assert [produce(1, t2), produce(0, t2)] == [403, 403]  # at once, on both
+    assert [produce(1, t1), produce(0, t1)] == [200, 200]
+    kid = next(k["id"] for k in sec.admin("GET", "/admin/keys")["keys"] if k["producers"] == [p])
+    assert sec.admin("DELETE", f"/admin/keys/{kid}", node=1)["revoked"] is True
+    assert [produce(0, t1), produce(1, t1)] == [401, 401]

@@ -6,7 +6,9 @@ Redis pool, the registered Lua scripts, the broker clients. Requests build nothi
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,11 +22,12 @@ from starlette.responses import Response
 
 from .. import broker as brokers
 from ..broker import Broker, BrokerUnavailable, UnknownTopic
-from ..config import DEV_HMAC_KEY, Settings
+from ..config import DEV_HMAC_KEY, Settings, node_id
 from ..core.auth import Authorizer, KeyStore
 from ..core.checkpoint import Checkpoints
 from ..core.consume import ConsumeService
 from ..core.errors import DomainError
+from ..core.produce import ProduceGate
 from ..core.registry import Registry
 from ..core.requestid import RequestIdCodec
 from ..core.watermarks import Watermarks
@@ -51,6 +54,7 @@ class Gateway:
     keys: KeyStore
     auth: Authorizer
     checkpoints: Checkpoints
+    produce_gate: ProduceGate
     alerts: AlertMonitor | None = None  # backlog alerts: set and started in lifespan
 
 
@@ -86,7 +90,11 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
             log.warning("open mode is on (MQGW_OPEN_MODE=true): unregistered consumers and "
                         "producers are served")
         registry = Registry(store, settings, checkpoints)
-        app.state.gw = Gateway(settings, store, b, consume, spec, registry, keys, auth, checkpoints)
+        gate = ProduceGate(store, settings.open_mode)
+        app.state.gw = Gateway(settings, store, b, consume, spec, registry, keys, auth, checkpoints,
+                               gate)
+        listener = asyncio.create_task(gate.listen(f"{node_id()}:{uuid.uuid4().hex[:8]}"),
+                                       name="mqgw-registry-changes")
         alerts = app.state.gw.alerts = AlertMonitor(app.state.gw)
         alerts.start()
 
@@ -98,6 +106,8 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
             yield
         finally:
             metrics.shutdown()
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
             await checkpoints.stop()
             await alerts.stop()
             await b.close()

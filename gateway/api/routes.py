@@ -17,7 +17,7 @@ from ..core.auth import credential_of
 from ..core.consume import FetchParams, FetchStatus
 from ..core.errors import bad_request, unauthorized
 from ..core.names import check_name, check_topic
-from ..core.produce import check_producer, produce
+from ..core.produce import produce
 from ..core.views import queue_rows
 from ..ops import metrics
 from ..store import AckOutcome, Credential, UnlockOutcome, now_ms
@@ -155,7 +155,7 @@ async def produce_route(request: Request) -> Response:
     credential = api_credential(request)
     body = await read_json(request, gw.settings.max_body_bytes, required=True)
     topic, producer, messages = parse_produce(body, gw.settings.max_produce_batch)
-    await check_producer(gw.store, credential, gw.settings.open_mode, producer, topic)
+    await gw.produce_gate.check(credential, producer, topic)
     result = await produce(gw.broker, topic, messages)
     metrics.produced(len(result.results) - result.failed, result.failed)
     return JSON(produced_body(result))

@@ -23,6 +23,9 @@ state each have a slot of their own.
                                     when (ms; re-added each minute; pruned after client_idle_ms)
 ``P:{reg}:producers``       hash    producer name -> JSON registration (topics)
 ``P:{reg}:keys``            hash    API key id -> JSON record (sha256, name, grants)
+``P:{reg}:version``         string  bumped by every key or producer write (store/changes.py)
+``P:{reg}:changed``         channel that version, published to every gateway process
+``P:{reg}:acks:<version>``  set     processes that dropped their cached produce verdicts for it
 ``P:{alerts}:state``        hash    consumer -> JSON alert state (consumers with thresholds)
 ``P:{alerts}:gauges``       hash    consumer -> JSON ``{totalBacklog, oldestAgeMs}`` (all)
 ``P:{alerts}:evaluated``    string  time of the last alert evaluation (ms)
@@ -47,7 +50,7 @@ from typing import Literal
 #: The attributes of one queue in a consumer's queue hash (``topic:queue:<attr>``).
 QUEUE_FIELDS = ("max", "com", "lock", "tok", "acc", "addr", "ckp")
 #: Registry keys (``P:{reg}:<what>``) and alert keys (``P:{alerts}:<what>``).
-RegistryKey = Literal["consumers", "seen_at", "producers", "keys"]
+RegistryKey = Literal["consumers", "seen_at", "producers", "keys", "version", "changed"]
 AlertKey = Literal["state", "gauges", "evaluated", "lease", "lock"]
 
 
@@ -103,6 +106,9 @@ class KeyLayout:
     def registry(self, what: RegistryKey) -> str:
         """``consumers``, ``seen_at``, ``producers`` or ``keys``: one slot for the whole registry."""
         return f"{self.prefix}:{{reg}}:{what}"
+
+    def registry_acks(self, version: int) -> str:
+        return f"{self.prefix}:{{reg}}:acks:{version}"
 
     def alert(self, what: AlertKey) -> str:
         """``state``, ``gauges``, ``evaluated``, ``lease`` or ``lock``: all alert keys share one

@@ -13,6 +13,7 @@ from typing import Any, cast
 import orjson
 from redis.asyncio import Redis
 
+from .changes import RegistryChanges
 from .connect import fields, text, text_dict
 from .keys import KeyLayout
 
@@ -21,6 +22,8 @@ class RegistryStore:
     def __init__(self, redis: Redis, layout: KeyLayout) -> None:
         self._redis = redis
         self._keys = layout
+        #: Notices of key and producer writes to every process (they cache produce verdicts).
+        self.changes = RegistryChanges(redis, layout)
 
     # -- consumers ---------------------------------------------------------------------------
     async def config(self, group: str) -> dict[str, str]:
@@ -94,13 +97,16 @@ class RegistryStore:
 
     async def put_producer(self, name: str, record: dict[str, Any]) -> None:
         await self._redis.hset(self._keys.registry("producers"), name, orjson.dumps(record))
+        await self.changes.announce()
 
     async def producers(self) -> list[dict[str, Any]]:
         raw = await self._redis.hgetall(self._keys.registry("producers"))
         return [orjson.loads(v) for v in raw.values()]
 
     async def delete_producer(self, name: str) -> bool:
-        return bool(await self._redis.hdel(self._keys.registry("producers"), name))
+        deleted = bool(await self._redis.hdel(self._keys.registry("producers"), name))
+        await self.changes.announce()
+        return deleted
 
     # -- API keys ----------------------------------------------------------------------------
     async def key(self, key_id: str) -> dict[str, Any] | None:
@@ -113,9 +119,11 @@ class RegistryStore:
 
     async def put_key(self, key_id: str, record: dict[str, Any]) -> None:
         await self._redis.hset(self._keys.registry("keys"), key_id, orjson.dumps(record))
+        await self.changes.announce()
 
     async def delete_key(self, key_id: str) -> None:
         await self._redis.hdel(self._keys.registry("keys"), key_id)
+        await self.changes.announce()
 
     async def grant(self, key_id: str, sha256: str, consumers: list[str]) -> None:
         """Copy the key's digest into each consumer's grants hash (read by the consume scripts,
