@@ -352,6 +352,21 @@ class Monitor:
 
 # --- the consume service in one process: real Redis, the in-memory broker -----------------------
 
+def fetch_params(group: str, topic: str = "orders", **kw: Any) -> FetchParams:
+    """A /message as the consume service takes it (no wait, cluster mode unless a clientId)."""
+    from gateway.core.consume import FetchParams
+
+    base: dict[str, Any] = dict(group=group, client_id="", topic=topic, max_messages=10,
+                                wait_ms=0, address="test")
+    base.update(kw)
+    return FetchParams(**base)
+
+
+def values(body: dict[str, Any]) -> list[str]:
+    """The record values of a /message answer."""
+    return [m["value"] for m in body["messages"]]
+
+
 class Wire:
     """The consume service as the HTTP layer renders it: fetch answers are the JSON bodies."""
 

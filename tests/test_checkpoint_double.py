@@ -4,25 +4,14 @@ brokers: test_checkpoint.py."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from gateway.broker.memory import MemoryBroker
-from gateway.core.consume import FetchParams
 
-from .helpers import Wire, run_service, unique
+from .helpers import Wire, fetch_params, run_service, unique, values
 
 T = "orders"
 
 
-def params(group: str, **kw: Any) -> FetchParams:
-    base: dict[str, Any] = dict(group=group, client_id="", topic=T, max_messages=10, wait_ms=0,
-                                address="test")
-    base.update(kw)
-    return FetchParams(**base)
-
-
-def values(body: dict[str, Any]) -> list[str]:
-    return [m["value"] for m in body["messages"]]
+params = fetch_params
 
 
 def broker(queues: int = 2, records: int = 5) -> MemoryBroker:

@@ -11,22 +11,13 @@ from gateway.broker import Record, Skipped, SkipReason, UnknownTopic
 from gateway.broker.kafka.adapter import read_checked
 from gateway.broker.kafka.fetch import RawRead
 from gateway.broker.memory import MemoryBroker
-from gateway.core.consume import FetchParams
 
-from .helpers import Wire, run_service, unique
+from .helpers import Wire, fetch_params, run_service, unique, values
 
 T = "orders"
 
 
-def params(group: str, **kw: Any) -> FetchParams:
-    base: dict[str, Any] = dict(group=group, client_id="", topic=T, max_messages=10, wait_ms=0,
-                                address="test")
-    base.update(kw)
-    return FetchParams(**base)
-
-
-def values(body: dict[str, Any]) -> list[str]:
-    return [m["value"] for m in body["messages"]]
+params = fetch_params
 
 
 def test_committed_offset_below_retention_moves_to_earliest(redis_url: str) -> None:

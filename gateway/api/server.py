@@ -46,6 +46,28 @@ log = logging.getLogger("mqgw.server")
 FD_RESERVE = 512
 #: How long a refused connection stays open (reading and discarding) after its 503.
 LINGER_S = 1.0
+#: How often a process looks for heads and bodies past their deadline. A deadline is a float on
+#: the connection, set and cleared per request phase; one sweeper per process replaces a timer
+#: armed and cancelled twice per request (loop.call_later and TimerHandle.cancel were ~4 % of a
+#: no-op request's worker samples, bench/run.py --profile, 2026-11-24). Timeouts fire up to this
+#: much late.
+SWEEP_S = 0.1
+
+#: Connections with a head or body deadline, per process (one event loop per worker).
+_armed: set[GatewayHttpProtocol] = set()
+_sweeper: asyncio.Task[None] | None = None
+
+
+async def _sweep() -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(SWEEP_S)
+        now = loop.time()
+        for p in [p for p in _armed if p._due <= now]:
+            on_due = p._on_due
+            p._disarm()
+            if on_due is not None:
+                on_due()
 
 
 
@@ -82,11 +104,15 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_s, self._body_s, self._cap = limits()
-        self._deadline: asyncio.TimerHandle | None = None
+        self._due = 0.0  # loop time the current head or body must have arrived by (if armed)
+        self._on_due: Any = None
         self._lingering = False
 
     # -- connection ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        global _sweeper
+        if _sweeper is None or _sweeper.done():
+            _sweeper = self.loop.create_task(_sweep())
         if len(self.connections) >= self._cap:
             _refused_one(self._cap)
             # Answer, then close after a moment rather than at once: closing with the client's
@@ -168,16 +194,16 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     # -- timers ---------------------------------------------------------------------------------
     def _arm(self, seconds: float, fn: Any) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(seconds, fn)
+        self._due = self.loop.time() + seconds
+        self._on_due = fn
+        _armed.add(self)
 
     def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        if self._on_due is not None:
+            self._on_due = None
+            _armed.discard(self)
 
     def _head_timed_out(self) -> None:
-        self._deadline = None
         if not self.transport.is_closing():
             metrics.connection_dropped("head_timeout")
             log.debug("request head not received within %.1f s: connection closed", self._header_s)
@@ -185,7 +211,6 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def _body_timed_out(self) -> None:
-        self._deadline = None
         if not self.transport.is_closing():
             metrics.connection_dropped("body_timeout")
             log.debug("request body not received within %.1f s: connection closed", self._body_s)
