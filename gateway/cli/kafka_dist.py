@@ -157,7 +157,13 @@ def start_kafka(port: int | None = None, heap: str = "512m", timeout: float = 90
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A random cluster id in Kafka's form. Like Kafka's own Uuid.randomUuid, never one that
+    starts with '-': the storage tool took such an id for an option and refused to format (one
+    CI run in 64)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
 
 
 def _format(props: Path, cluster_id: str) -> None:
