@@ -192,7 +192,8 @@ def run_phase(stack: Stack, name: str, spec: dict[str, Any], named: dict[str, in
                 conns = procstat.connections_per_pid(port, workers)
                 if profile_dir is not None:
                     others = [p for k, p in named.items() if k in ("redis", "broker")]
-                    start_profilers(stack, name, workers, others, spec["duration"], profile_dir)
+                    start_profilers(stack, name, workers or [named["gateway_master"]], others,
+                                    spec["duration"], profile_dir)  # --workers 1: one process
             elif line == "end":
                 snap1, t1 = procstat.snapshot(named), time.monotonic()
                 calls1 = redis_calls()

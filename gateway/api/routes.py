@@ -304,10 +304,11 @@ data_routes = [
     Route("/message", message_route, methods=["GET", "POST"]),
     Route("/ack", ack_route, methods=["POST"]),
     Route("/unlock", unlock_route, methods=["POST"]),
+    # Matched in order, one regex each: the hot paths first, then the probes.
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
     Route("/consumers/{group}/queues", queues_route, methods=["GET"]),
     Route("/consumers/{group}/clients", clients_route, methods=["GET"]),
     Route("/consumers/{group}/clients/{client_id}/queues", queues_route, methods=["GET"]),
-    Route("/healthz", healthz, methods=["GET"]),
-    Route("/readyz", readyz, methods=["GET"]),
     Route("/openapi.yaml", openapi_route, methods=["GET"]),
 ]
