@@ -51,6 +51,7 @@ def main() -> None:
     os.environ["NOOP_REDIS_URL"] = url
     uvicorn.run("noopredis:app", host="127.0.0.1", port=port, workers=workers, loop="uvloop",
                 http=GatewayHttpProtocol, log_level="warning", access_log=False, backlog=4096,
+                proxy_headers=False,
                 timeout_keep_alive=5)
 
 

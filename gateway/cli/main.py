@@ -69,8 +69,11 @@ def serve(args: argparse.Namespace) -> int:
 
         # The protocol class is pickled by reference into the spawned workers, which build it
         # from their own (inherited) environment: see gateway/api/server.py for its limits.
+        # proxy_headers off: the gateway reads X-Forwarded-For itself where it uses a client
+        # address (the queue views), and uvicorn's proxy middleware is one more layer per request.
         uvicorn.run("gateway.api.app:factory", factory=True, host=args.host, port=args.port,
                     workers=args.workers, loop="uvloop", http=GatewayHttpProtocol,
+                    proxy_headers=False,
                     access_log=False, timeout_keep_alive=settings.keep_alive_timeout_ms / 1000,  # type: ignore[arg-type]
                     timeout_graceful_shutdown=5, backlog=4096, log_config=logs.log_config(level))
     return 0
