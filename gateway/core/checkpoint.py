@@ -7,7 +7,7 @@ which by default (``latest``) skips everything unread. Kafka keeps consumer offs
 - **Save.** Every node runs :meth:`Checkpoints.run`; once per ``checkpoint_interval_ms`` one of
   them wins a lease (``SET NX PX``) and copies every cluster-mode queue whose committed offset
   moved since it was last copied (``com`` != ``ckp`` in the queue hash) to the consumer group
-  ``<checkpoint_group_prefix><consumer>``, one AlterConsumerGroupOffsets per consumer and
+  ``<checkpoint_group_prefix><consumer>``, one offset commit (OffsetCommit) per consumer and
   topic, without joining the group. Kafka's tools then show the consumer and its lag.
 - **Restore.** choose.lua answers "restore first" when a queue has no committed offset and the
   topic's checkpoint was never consulted (the ``<topic>:ckpt`` marker); :meth:`restore` reads
@@ -36,7 +36,7 @@ from ..store import OffsetStore
 
 log = logging.getLogger("mqgw.checkpoint")
 
-#: Consumers and topics saved at once in a round (AlterConsumerGroupOffsets calls in flight).
+#: Consumers and topics saved at once in a round (offset commits in flight).
 _PARALLEL = 8
 
 
