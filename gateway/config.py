@@ -102,6 +102,31 @@ class Settings:
     #: limit (RLIMIT_NOFILE) minus a reserve.
     max_connections_per_worker: int = 0
 
+    #: Delayed records (core/wheel.py): the wheel's levels, a comma-separated list of durations
+    #: ('' = 1-9 x 100 ms, 1 s, 10 s, 100 s, 1000 s). Each is a topic; a longer delay loops on
+    #: the top level, so there is no maximum. The smallest is the most a holder waits in memory.
+    delay_levels: str = ""
+    #: Names of the level topics: ``<prefix><level>ms``. Created at start when missing.
+    delay_topic_prefix: str = "mqgw.delay."
+    #: Partitions of each level topic: how many relays can move records of one level at once.
+    delay_partitions: int = 4
+    #: Replication factor of the topics the gateway creates (-1: the broker's default).
+    delay_replication: int = -1
+    #: A cancel or delivered mark lives this long after the record's due time: a cancel sent
+    #: after that is answered "already delivered", and a relay stopped for longer than this
+    #: could deliver a record that was cancelled.
+    delay_mark_retention_ms: int = 7 * 24 * 3600 * 1000
+    #: Run the relay that moves delayed records along the wheel in this process (``mqgw relay``
+    #: runs it alone; turn it off on nodes that should only serve requests).
+    relay: bool = True
+    #: The relay's lock on a level queue: a relay that dies is replaced after this long.
+    relay_lock_ms: int = 5_000
+    #: Records due within this window of the first due one are sent together (fewer, larger
+    #: produce requests), so a record may be sent up to this late.
+    relay_coalesce_ms: int = 20
+    #: Records a relay reads from a level queue at once.
+    relay_batch: int = 500
+
     @classmethod
     def load(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)

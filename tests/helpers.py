@@ -83,7 +83,11 @@ def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1,
            "MQGW_HMAC_KEY": HMAC_KEY, "MQGW_METADATA_REFRESH_MS": "100",
            # Most tests are about delivery, not access control: they run open and without keys.
            # test_auth.py and test_registry.py start nodes with auth on and open mode off.
-           "MQGW_OPEN_MODE": "true", "MQGW_AUTH": "false"}
+           "MQGW_OPEN_MODE": "true", "MQGW_AUTH": "false",
+           # The delay relay runs on every node by default; tests that are not about delay do not
+           # need its level topics made on the shared broker nor its idle polls (test_delay.py
+           # turns it on, with levels of its own).
+           "MQGW_RELAY": "false"}
     if ON_TANSU:
         # Tansu defect: a fetch racing producers at its tail can skip records that become
         # readable a moment later; the gateway then looks at a hole twice (Settings.gap_recheck_ms).

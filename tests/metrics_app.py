@@ -15,7 +15,6 @@ from contextlib import asynccontextmanager
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
@@ -65,9 +64,9 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
 metrics.add_collector_hook(cluster_gauge)
 logs.configure("INFO")
 
-app = Starlette(routes=[
+app = access.App([
     Route("/hello/{name}", hello, methods=["GET"]),
     Route("/pid", pid, methods=["GET"]),
     Route("/block", block, methods=["GET"]),
     Route("/metrics", scrape, methods=["GET"]),
-], middleware=[Middleware(access.RequestContext, access_log=True)], lifespan=lifespan)
+], access_log=True, lifespan=lifespan)

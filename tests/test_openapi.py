@@ -43,6 +43,7 @@ from gateway.api.app import create_app
 from gateway.cli import devstack
 from gateway.config import Settings
 from gateway.core.auth import KeyStore
+from gateway.core.delay import DelayIds
 from gateway.core.requestid import BatchRef, RequestIdCodec
 from gateway.store import OffsetStore
 
@@ -58,7 +59,8 @@ HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "tra
 #: Operations that never need an API key (``/metrics`` only once the app has it).
 OPEN_OPERATIONS = {("/healthz", "get"), ("/readyz", "get"), ("/openapi.yaml", "get"), ("/metrics", "get")}
 #: A value for each path parameter, to call any operation without a request of its own.
-SAMPLE_PATH_PARAMS = {"group": "g", "client_id": "c", "name": "p", "key_id": "0123456789abcdef"}
+SAMPLE_PATH_PARAMS = {"group": "g", "client_id": "c", "name": "p", "key_id": "0123456789abcdef",
+                      "delay_id": "x"}
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -693,6 +695,32 @@ def test_produce_partial_failure(api: Api, shared_topic: str, done: Callable[[],
     done()
 
 
+def test_delayed_produce_and_cancel(node_factory: Callable[..., Node], make_topic: Callable[..., str],
+                                   done: Callable[[], None]) -> None:
+    topic = make_topic(1)
+    node = node_factory(relay="true", delay_levels="1s,2s", delay_partitions=1,
+                        delay_topic_prefix=unique("oa") + ".")
+    api = Api([node.url])
+    try:
+        out = produce(api, {"topic": topic, "delayMs": 60_000, "messages": [
+            {"value": "later"}, {"value": "soon", "delayMs": 10},
+            {"value": "dated", "deliverAt": "2099-01-01T00:00:00+01:00"}, {"value": "now", "delayMs": 0}]})
+        later, soon, dated, now = out["results"]
+        assert later["deliverAt"] > time.time() * 1000 + 50_000 and "offset" in now
+        assert dated["deliverAt"] == 4070905200000
+        tmpl = "/delayed/{delay_id}"
+        body = call(api, "DELETE", f"/delayed/{later['delayId']}", tmpl, 200)
+        assert body["topic"] == topic and body["deliverAt"] == later["deliverAt"]
+        call(api, "DELETE", f"/delayed/{soon['delayId']}", tmpl, 409, "already_delivered")
+        call(api, "DELETE", "/delayed/garbage", tmpl, 400, "invalid_delay_id")
+        call(api, "DELETE", f"/delayed/{dated['delayId']}?nope=1", tmpl, 400, "unknown_parameter")
+        call(api, "POST", "/produce", "/produce", 400, "conflicting_delay",
+             json={"topic": topic, "value": "x", "delayMs": 1, "deliverAt": 1})
+    finally:
+        api.http.close()
+    done()
+
+
 def test_admin_consumer_registry(api: Api, make_topic: Callable[..., str], other_topic: str,
                                  done: Callable[[], None]) -> None:
     """Register, replace, patch, list and unregister consumers; registered ones are held to their
@@ -1306,6 +1334,8 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
             ("POST", "/ack", "/ack", {"json": {"requestId": rid}}),
             ("POST", "/unlock", "/unlock", {"json": {"requestId": rid}}),
             ("POST", "/produce", "/produce", {"json": {"topic": shared_topic, "producer": "p", "value": "x"}}),
+            ("DELETE", f"/delayed/{DelayIds(HMAC_KEY).new(2 ** 42, shared_topic)}?producer=p",
+             "/delayed/{delay_id}", {}),
             ("GET", "/consumers/g/queues", "/consumers/{group}/queues", {}),
             ("GET", "/consumers/g/clients", "/consumers/{group}/clients", {}),
             ("GET", "/consumers/g/clients/c/queues", "/consumers/{group}/clients/{client_id}/queues", {}),

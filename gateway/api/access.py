@@ -1,4 +1,13 @@
-"""The access middleware: request ids in and out, request metrics, one access-log line each.
+"""The front of the app: request ids in and out, error answers, request metrics, one access line.
+
+Starlette wraps an app in three layers per request (``ServerErrorMiddleware``, the user's
+middleware, ``ExceptionMiddleware``) and each route in a fourth (``request_response``, which
+looks the exception handlers up again). Every layer is an await, a ``send`` closure and, for
+two of them, a ``Request`` object. On a no-op request on one worker that was measurable:
+:class:`App` serves its routes through one layer, :class:`Front`, which does all of it, and
+:func:`route` makes routes whose endpoint is called without starlette's per-route wrapper.
+Exceptions from an endpoint or from the router (404, 405) reach :class:`Front`, which answers
+with the app's handler for them; so error answers now carry the request id too.
 
 HTTP (ASGI) lives here; the log format and the metrics themselves are :mod:`gateway.ops`'.
 """
@@ -8,9 +17,15 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
-from starlette.routing import Match, Mount
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Match, Mount, Route
+from starlette.types import ASGIApp, ExceptionHandler, Lifespan, Message, Receive, Scope, Send
 
 from ..ops import metrics
 from ..ops.logs import access_log, log_access, new_request_id, request_id
@@ -58,27 +73,73 @@ def _match_again(scope: Scope) -> str:
     return partial
 
 
-class RequestContext:
-    """Request id in, request id out, metrics and one access-log line per HTTP request.
+Handler = Callable[[Request, Exception], Awaitable[Response]]
+
+
+class Endpoint:
+    """An ``async def (request) -> Response`` as an ASGI app, with no exception layer of its
+    own: :class:`Front` answers for every exception, once."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Callable[[Request], Awaitable[Response]]) -> None:
+        self.func = func
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self.func(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+
+def route(path: str, func: Callable[[Request], Awaitable[Response]], methods: list[str]) -> Route:
+    """A route served through :class:`Endpoint` (starlette treats a non-function endpoint as an
+    ASGI app and still answers 405 for other methods)."""
+    return Route(path, Endpoint(func), methods=methods, name=func.__name__)
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own answer to an HTTPException, for apps that do not bring theirs."""
+    assert isinstance(exc, HTTPException)
+    return PlainTextResponse(exc.detail, status_code=exc.status_code, headers=exc.headers)
+
+
+class Front:
+    """Request id in, request id out, error answers, metrics and one access-log line per HTTP
+    request: what starlette's two built-in layers and a middleware did, in one layer.
 
     The id is the client's ``X-Request-Id`` when it is 1-128 characters of ``[A-Za-z0-9._-]``,
     else a fresh one (:func:`new_request_id`). It is set in :data:`request_id` for the whole
     request, so every log line the request causes carries it, and returned as ``x-request-id``.
 
+    An exception before the response started is answered by the most specific handler in
+    ``handlers`` (by the exception's class hierarchy; ``Exception`` is the catch-all that
+    logs the traceback and answers 500). After the response started nothing can be answered:
+    it is re-raised for the server to log and to close the connection, and counted with the
+    status already sent.
+
     Only ``http.response.start`` is looked at, so long polls and streamed bodies pass through
     untouched. The duration runs until the app returns, i.e. until the body is fully sent.
-    Responses made by starlette's ``ServerErrorMiddleware`` (unhandled exceptions, outside any
-    user middleware) are counted as 500 but do not carry the header.
     """
 
-    def __init__(self, app: ASGIApp, access_log: bool = True) -> None:
+    def __init__(self, app: ASGIApp, handlers: Mapping[Any, Handler], access_log: bool = True) -> None:
         self.app = app
+        self.handlers: dict[Any, Handler] = {HTTPException: _http_exception, **handlers}
         self.access_log = access_log
+        # For starlette's own per-route wrapper, if a route is made without route().
+        self._starlette_handlers = ({k: v for k, v in self.handlers.items() if not isinstance(k, int)},
+                                    {k: v for k, v in self.handlers.items() if isinstance(k, int)})
+
+    def _handler(self, exc: Exception) -> Handler | None:
+        for cls in type(exc).__mro__:
+            h = self.handlers.get(cls)
+            if h is not None:
+                return h
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope["starlette.exception_handlers"] = self._starlette_handlers
         rid = _incoming_id(scope["headers"]) or new_request_id()
         token = request_id.set(rid)
         extra_header = (_HEADER, rid.encode("ascii"))
@@ -95,20 +156,45 @@ class RequestContext:
         start = time.perf_counter()
         ok = False
         try:
-            await self.app(scope, receive, send_with_id)
+            try:
+                await self.app(scope, receive, send_with_id)
+            except Exception as exc:
+                handler = None if status else self._handler(exc)
+                if handler is None:
+                    raise
+                response = await handler(Request(scope, receive, send), exc)
+                await response(scope, receive, send_with_id)
+                exc.__traceback__ = None  # a reused exception instance would pile up tracebacks
             ok = True
         finally:
             elapsed = time.perf_counter() - start
-            if not status:  # no response was started: the server (or error middleware) sends a 500
+            if not status:  # no response was started: the server sends a 500
                 status = 500
             route = route_template(scope)
             metrics.observe_request(route, scope["method"], status, elapsed)
             if self.access_log and access_log.isEnabledFor(logging.INFO):
                 client = scope.get("client")
                 log_access(scope["method"], scope["path"], route, status, round(elapsed * 1000, 3),
-                            f"{client[0]}:{client[1]}" if client else None, rid)
-            # After an exception the id stays set for starlette's error handler, which logs the
-            # traceback outside this middleware; the server runs each request in its own task,
-            # so it does not leak into the next request.
+                           f"{client[0]}:{client[1]}" if client else None, rid)
+            # After an unanswered exception the id stays set for the server's own error log;
+            # the server runs each request in its own task, so it does not leak into the next.
             if ok:
                 request_id.reset(token)
+
+
+class App(Starlette):
+    """Starlette whose whole middleware stack is one :class:`Front` around the router.
+
+    ``exception_handlers`` maps exception classes (``Exception`` for the 500 answer) to
+    ``async (request, exc) -> Response``. There is no ``middleware``: a layer between
+    :class:`Front` and the router would be the per-request cost this removes.
+    """
+
+    def __init__(self, routes: Sequence[BaseRoute], *,
+                 exception_handlers: Mapping[Any, ExceptionHandler] | None = None,
+                 lifespan: Lifespan[Any] | None = None, access_log: bool = True) -> None:
+        super().__init__(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)
+        self.access_log = access_log
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return Front(self.router, self.exception_handlers, self.access_log)

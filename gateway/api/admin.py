@@ -11,13 +11,13 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from ..core import reset as reset_offsets
 from ..core.errors import bad_request, not_found
 from ..core.names import check_name
 from ..ops import backlog
 from ..store import now_ms
+from .access import route
 from .registry_wire import (
     check_names,
     consumer_body,
@@ -172,16 +172,16 @@ async def alerts_route(request: Request) -> Response:
 
 
 admin_routes = [
-    Route("/admin/consumers", consumers_route, methods=["GET"]),
-    Route("/admin/consumers/{group}", consumer_route, methods=["GET", "PUT", "PATCH", "DELETE"]),
-    Route("/admin/consumers/{group}/pause", pause_route, methods=["POST"]),
-    Route("/admin/consumers/{group}/resume", pause_route, methods=["POST"]),
-    Route("/admin/consumers/{group}/reset", reset_route, methods=["POST"]),
-    Route("/admin/producers", producers_route, methods=["GET"]),
-    Route("/admin/producers/{name}", producer_route, methods=["GET", "PUT", "DELETE"]),
-    Route("/admin/keys", keys_route, methods=["GET", "POST"]),
-    Route("/admin/keys/{key_id}", key_route, methods=["GET", "DELETE"]),
-    Route("/admin/backlog", backlog_route, methods=["GET"]),
-    Route("/admin/alerts", alerts_route, methods=["GET"]),
-    Route("/admin/alerts/evaluate", alerts_route, methods=["POST"]),
+    route("/admin/consumers", consumers_route, methods=["GET"]),
+    route("/admin/consumers/{group}", consumer_route, methods=["GET", "PUT", "PATCH", "DELETE"]),
+    route("/admin/consumers/{group}/pause", pause_route, methods=["POST"]),
+    route("/admin/consumers/{group}/resume", pause_route, methods=["POST"]),
+    route("/admin/consumers/{group}/reset", reset_route, methods=["POST"]),
+    route("/admin/producers", producers_route, methods=["GET"]),
+    route("/admin/producers/{name}", producer_route, methods=["GET", "PUT", "DELETE"]),
+    route("/admin/keys", keys_route, methods=["GET", "POST"]),
+    route("/admin/keys/{key_id}", key_route, methods=["GET", "DELETE"]),
+    route("/admin/backlog", backlog_route, methods=["GET"]),
+    route("/admin/alerts", alerts_route, methods=["GET"]),
+    route("/admin/alerts/evaluate", alerts_route, methods=["POST"]),
 ]

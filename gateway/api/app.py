@@ -16,7 +16,6 @@ from importlib import resources
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
@@ -26,15 +25,17 @@ from ..config import DEV_HMAC_KEY, Settings, node_id
 from ..core.auth import Authorizer, KeyStore
 from ..core.checkpoint import Checkpoints
 from ..core.consume import ConsumeService
+from ..core.delay import DelayService
 from ..core.errors import DomainError
 from ..core.produce import ProduceGate
 from ..core.registry import Registry
+from ..core.relay import Relay
 from ..core.requestid import RequestIdCodec
 from ..core.watermarks import Watermarks
 from ..ops import logs, metrics
 from ..ops.alerts import AlertMonitor
 from ..store import UNAVAILABLE, OffsetStore
-from .access import RequestContext
+from .access import App
 from .admin import admin_routes
 from .errors import ApiError, from_domain, unavailable_body
 from .routes import JSON, data_routes
@@ -55,6 +56,8 @@ class Gateway:
     auth: Authorizer
     checkpoints: Checkpoints
     produce_gate: ProduceGate
+    delay: DelayService
+    relay: Relay | None = None  # None: this process does not relay (``relay = false``)
     alerts: AlertMonitor | None = None  # backlog alerts: set and started in lifespan
 
 
@@ -91,8 +94,13 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
                         "producers are served")
         registry = Registry(store, settings, checkpoints)
         gate = ProduceGate(store, settings.open_mode)
+        delay = DelayService(settings, store, b)
+        relay = Relay(settings, store, b, wm, delay) if settings.relay and not delay.native else None
+        if relay is not None:
+            delay.poke = relay.poke
+            relay.start()
         app.state.gw = Gateway(settings, store, b, consume, spec, registry, keys, auth, checkpoints,
-                               gate)
+                               gate, delay, relay)
         listener = asyncio.create_task(gate.listen(f"{node_id()}:{uuid.uuid4().hex[:8]}"),
                                        name="mqgw-registry-changes")
         alerts = app.state.gw.alerts = AlertMonitor(app.state.gw)
@@ -106,6 +114,9 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
             yield
         finally:
             metrics.shutdown()
+            if relay is not None:
+                await relay.stop()
+            await delay.close()
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
             await checkpoints.stop()
@@ -113,9 +124,8 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
             await b.close()
             await store.aclose()
 
-    return Starlette(routes=data_routes + admin_routes, lifespan=lifespan,
-                     middleware=[Middleware(RequestContext, access_log=settings.access_log)],
-                     exception_handlers={
+    return App(data_routes + admin_routes, lifespan=lifespan, access_log=settings.access_log,
+               exception_handlers={
         ApiError: _api_error,
         DomainError: _domain_error,
         HTTPException: _http_error,

@@ -10,11 +10,21 @@ from __future__ import annotations
 from typing import Any
 
 from ..broker import BrokerUnavailable
-from ..core.errors import Busy, DomainError, Forbidden, Invalid, NotFound, TooLarge, Unauthenticated
+from ..core.errors import (
+    Busy,
+    Conflict,
+    DomainError,
+    Forbidden,
+    Invalid,
+    NotFound,
+    TooLarge,
+    Unauthenticated,
+)
 
 #: Status of each domain error kind (looked up along the class's MRO, most specific first).
 STATUS: dict[type[DomainError], int] = {
-    Invalid: 400, Unauthenticated: 401, Forbidden: 403, NotFound: 404, TooLarge: 413, Busy: 503,
+    Invalid: 400, Unauthenticated: 401, Forbidden: 403, NotFound: 404, Conflict: 409, TooLarge: 413,
+    Busy: 503,
 }
 _HEADERS: dict[type[DomainError], dict[str, str]] = {
     Unauthenticated: {"WWW-Authenticate": 'Bearer realm="mq-gateway"'},

@@ -11,7 +11,6 @@ import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from ..core.auth import credential_of
 from ..core.consume import FetchParams, FetchStatus
@@ -21,9 +20,10 @@ from ..core.produce import produce
 from ..core.views import queue_rows
 from ..ops import metrics
 from ..store import AckOutcome, Credential, UnlockOutcome, now_ms
+from .access import route
 from .errors import ApiError
 from .numbers import json_int, query_int
-from .wire import ack_body, fetched_body, parse_produce, produced_body
+from .wire import ack_body, cancelled_body, fetched_body, parse_produce, produced_body
 
 
 class JSON(Response):
@@ -154,11 +154,28 @@ async def produce_route(request: Request) -> Response:
     gw = _state(request)
     credential = api_credential(request)
     body = await read_json(request, gw.settings.max_body_bytes, required=True)
-    topic, producer, messages = parse_produce(body, gw.settings.max_produce_batch)
+    topic, producer, messages, dues = parse_produce(body, gw.settings.max_produce_batch, now_ms())
     await gw.produce_gate.check(credential, producer, topic)
-    result = await produce(gw.broker, topic, messages)
+    if dues is None:
+        result = await produce(gw.broker, topic, messages)
+        delayed = None
+    else:
+        result, delayed = await gw.delay.produce(topic, messages, dues)
     metrics.produced(len(result.results) - result.failed, result.failed)
-    return JSON(produced_body(result))
+    return JSON(produced_body(result, delayed))
+
+
+async def cancel_delayed_route(request: Request) -> Response:
+    """DELETE /delayed/{delayId}: the caller must be allowed to produce to the record's topic
+    (as ``producer``, a query parameter, when the registry asks for one)."""
+    gw = _state(request)
+    credential = api_credential(request)
+    check_query(request, frozenset({"producer"}))
+    delay_id = request.path_params["delay_id"]
+    ref = gw.delay.ids.parse(delay_id)
+    producer = check_name(request.query_params.get("producer"), "producer", required=False)
+    await gw.produce_gate.check(credential, producer, ref.topic)
+    return JSON(cancelled_body(await gw.delay.cancel(delay_id)))
 
 
 # -- statuses of the consume path ---------------------------------------------------------
@@ -299,16 +316,17 @@ async def openapi_route(request: Request) -> Response:
 
 
 data_routes = [
-    Route("/metrics", metrics_route, methods=["GET"]),
-    Route("/produce", produce_route, methods=["POST"]),
-    Route("/message", message_route, methods=["GET", "POST"]),
-    Route("/ack", ack_route, methods=["POST"]),
-    Route("/unlock", unlock_route, methods=["POST"]),
+    route("/metrics", metrics_route, methods=["GET"]),
+    route("/produce", produce_route, methods=["POST"]),
+    route("/delayed/{delay_id}", cancel_delayed_route, methods=["DELETE"]),
+    route("/message", message_route, methods=["GET", "POST"]),
+    route("/ack", ack_route, methods=["POST"]),
+    route("/unlock", unlock_route, methods=["POST"]),
     # Matched in order, one regex each: the hot paths first, then the probes.
-    Route("/healthz", healthz, methods=["GET"]),
-    Route("/readyz", readyz, methods=["GET"]),
-    Route("/consumers/{group}/queues", queues_route, methods=["GET"]),
-    Route("/consumers/{group}/clients", clients_route, methods=["GET"]),
-    Route("/consumers/{group}/clients/{client_id}/queues", queues_route, methods=["GET"]),
-    Route("/openapi.yaml", openapi_route, methods=["GET"]),
+    route("/healthz", healthz, methods=["GET"]),
+    route("/readyz", readyz, methods=["GET"]),
+    route("/consumers/{group}/queues", queues_route, methods=["GET"]),
+    route("/consumers/{group}/clients", clients_route, methods=["GET"]),
+    route("/consumers/{group}/clients/{client_id}/queues", queues_route, methods=["GET"]),
+    route("/openapi.yaml", openapi_route, methods=["GET"]),
 ]

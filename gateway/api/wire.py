@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+from datetime import datetime
 from typing import Any
 
 from ..broker import OutgoingMessage, Record
 from ..core.auth import KeyRecord
 from ..core.consume import Fetched, FetchStatus
+from ..core.delay import Cancelled, Delayed
 from ..core.errors import TooLarge, bad_request
 from ..core.names import check_name, check_topic
 from ..core.produce import Produced
@@ -25,13 +27,19 @@ from .numbers import json_int
 #: before any record of the batch is handed to the producer.
 MAX_PARTITION = 2**31 - 1
 MAX_TIMESTAMP = 2**63 - 1
-_MESSAGE_FIELDS = {"value", "key", "headers", "partition", "timestamp", "encoding"}
+_DELAY_FIELDS = {"delayMs", "deliverAt"}
+_MESSAGE_FIELDS = {"value", "key", "headers", "partition", "timestamp", "encoding"} | _DELAY_FIELDS
+#: The latest due time accepted: 9999-12-31T23:59:59.999Z. There is no maximum delay short of it
+#: (the wheel loops on its top level); anything later is a mistake, not a plan.
+MAX_DUE = 253_402_300_799_999
 _ENCODINGS = ("utf8", "base64")
 MAX_HEADERS = 64
 
 
-def parse_produce(body: Any, max_batch: int) -> tuple[str, str, list[OutgoingMessage]]:
-    """Returns (topic, producer name or '', messages)."""
+def parse_produce(body: Any, max_batch: int, now: int) -> tuple[str, str, list[OutgoingMessage],
+                                                                list[int | None] | None]:
+    """Returns (topic, producer name or '', messages, due times): each message's due time
+    (unix ms) if it is delayed past ``now``, else None; None for all when none is delayed."""
     if not isinstance(body, dict):
         raise bad_request("invalid_body", "request body must be a JSON object")
     topic = check_topic(body.get("topic"))
@@ -46,15 +54,62 @@ def parse_produce(body: Any, max_batch: int) -> tuple[str, str, list[OutgoingMes
         if len(raw) > max_batch:
             raise TooLarge("too_many_messages", f"at most {max_batch} messages per request",
                            limit=max_batch)
-        extra = set(body) - {"topic", "producer", "messages", "encoding"}
+        extra = set(body) - {"topic", "producer", "messages", "encoding"} - _DELAY_FIELDS
+        default_due = _due(body, now, "")
     else:
         raw = [{k: v for k, v in body.items() if k in _MESSAGE_FIELDS}]
         extra = set(body) - _MESSAGE_FIELDS - {"topic", "producer"}
+        default_due = None
         if "value" not in body:
             raise bad_request("missing_value", "give 'value' (one message) or 'messages' (a batch)")
     if extra:
         raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
-    return topic, producer, [_message(m, i, default_enc) for i, m in enumerate(raw)]
+    messages = [_message(m, i, default_enc) for i, m in enumerate(raw)]
+    dues = [_due(m, now, f"messages[{i}]." if "messages" in body else "", default_due)
+            for i, m in enumerate(raw)]
+    return topic, producer, messages, dues if any(d is not None for d in dues) else None
+
+
+def _due(m: dict[str, Any], now: int, where: str, default: int | None = None) -> int | None:
+    """The due time ``delayMs`` or ``deliverAt`` asks for (unix ms), None if not delayed (none
+    given, 0, or a time already past: written at once)."""
+    has_delay, has_at = m.get("delayMs") is not None, m.get("deliverAt") is not None
+    if has_delay and has_at:
+        raise bad_request("conflicting_delay", f"{where}delayMs and {where}deliverAt: give one")
+    if has_delay:
+        ms = json_int(m["delayMs"])
+        if ms is None or ms < 0 or ms > MAX_DUE - now:
+            raise bad_request("invalid_delay", f"{where}delayMs must be an integer number of "
+                              f"milliseconds, 0 or more (due no later than year 9999)")
+        return now + ms if ms > 0 else None
+    if has_at:
+        at = _instant(m["deliverAt"], where)
+        return at if at > now else None
+    return default
+
+
+def _instant(v: Any, where: str) -> int:
+    """``deliverAt`` as unix ms: an integer (ms since the epoch) or an RFC 3339 date-time with
+    an offset (``2026-11-25T20:00:00Z``)."""
+    if isinstance(v, str):
+        try:
+            dt = datetime.fromisoformat(v)
+        except ValueError:
+            dt = None
+        if dt is None or dt.tzinfo is None or "T" not in v.upper():
+            raise bad_request("invalid_deliver_at", f"{where}deliverAt must be ms since the epoch or "
+                              "an RFC 3339 date-time with an offset, e.g. 2026-11-25T20:00:00Z")
+        ms = round(dt.timestamp() * 1000)
+    else:
+        n = json_int(v)
+        if n is None:
+            raise bad_request("invalid_deliver_at", f"{where}deliverAt must be ms since the epoch "
+                              "or an RFC 3339 date-time")
+        ms = n
+    if not 0 <= ms <= MAX_DUE:
+        raise bad_request("invalid_deliver_at", f"{where}deliverAt must be between 1970 and the "
+                          "end of year 9999")
+    return ms
 
 
 def _message(m: Any, i: int, default_enc: str) -> OutgoingMessage:
@@ -124,13 +179,17 @@ def _bytes(v: Any, enc: str, i: int, name: str) -> bytes | None:
 
 
 
-def produced_body(p: Produced) -> dict[str, Any]:
+def produced_body(p: Produced, delayed: dict[int, Delayed] | None = None) -> dict[str, Any]:
     """Per record its ``partition`` and ``offset``: the partition is the queue id as a number,
     which every Kafka queue id is. (A broker with non-numeric queue ids would get the id as a
-    string here; the RocketMQ adapter will settle the field's name and type.)"""
+    string here; the RocketMQ adapter will settle the field's name and type.) A delayed record
+    (``delayed``, by index) has its ``delayId`` and ``deliverAt`` instead."""
     out: list[dict[str, Any]] = []
-    for r in p.results:
-        if r.error_code:
+    for i, r in enumerate(p.results):
+        d = delayed.get(i) if delayed else None
+        if d is not None:
+            out.append({"delayId": d.delay_id, "deliverAt": d.deliver_at})
+        elif r.error_code:
             out.append({"error": {"code": r.error_code, "message": r.error}})
         else:
             out.append({"partition": int(r.queue) if r.queue.isdigit() else r.queue,
@@ -237,3 +296,7 @@ def reset_body(r: ResetResult) -> dict[str, Any]:
     return {"consumer": r.consumer, "topic": r.topic, "to": r.to, "moved": r.moved,
             "queues": [{"clientId": m.client_id, "queue": m.queue, "from": m.before, "to": m.after}
                        for m in r.queues]}
+
+
+def cancelled_body(c: Cancelled) -> dict[str, Any]:
+    return {"result": "cancelled", "delayId": c.delay_id, "deliverAt": c.deliver_at, "topic": c.topic}

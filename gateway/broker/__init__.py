@@ -51,7 +51,8 @@ def create(settings: Settings) -> Broker:
                            pool_size=settings.fetch_pool_size, max_batch=settings.max_messages,
                            produce_timeout_ms=settings.produce_timeout_ms,
                            produce_linger_ms=settings.produce_linger_ms,
-                           gap_recheck_ms=settings.gap_recheck_ms)
+                           gap_recheck_ms=settings.gap_recheck_ms,
+                           replication=settings.delay_replication)
     if settings.broker == "memory":
         from .memory import MemoryBroker
 

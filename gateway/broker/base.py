@@ -143,6 +143,12 @@ class Broker(ABC):
         """Is the broker reachable? Used by readiness checks."""
         return True
 
+    async def ensure_topics(self, topics: dict[str, int], timeout_s: float = 30.0) -> None:
+        """Create the topics that do not exist (``{name: queues}``; existing ones are left as
+        they are) and return once every queue of each serves reads. For the gateway's own
+        topics (the delay wheel's levels). Raises :class:`BrokerUnavailable`."""
+        raise NotImplementedError(f"{self.name} cannot create topics")
+
     # -- offset checkpoints (Capability.OFFSET_CHECKPOINT) ------------------------------------
     async def save_offsets(self, group: str, topic: str, offsets: dict[str, int]) -> None:
         """Store committed offsets (queue -> next offset to read) under the broker's consumer

@@ -78,6 +78,11 @@ class MemoryBroker(Broker):
         self._log(topic, queue)
         return max(self.end.get((topic, queue), 0), self.low.get((topic, queue), 0))
 
+    async def ensure_topics(self, topics: dict[str, int], timeout_s: float = 30.0) -> None:
+        for topic, queues in topics.items():
+            if topic not in self.logs:
+                self.create(topic, queues)
+
     async def queues(self, topic: str) -> list[str]:
         if topic not in self.logs:
             raise UnknownTopic(topic)

@@ -163,6 +163,56 @@ def _patch_json(url: str, body: dict) -> None:
             time.sleep(0.1)
 
 
+def relay(args: argparse.Namespace) -> int:
+    """Run only the delay relay (for those who scale it apart from the HTTP nodes, which then
+    run with ``MQGW_RELAY=false``); stops cleanly on SIGTERM or Ctrl-C."""
+    import asyncio
+
+    from .. import broker as brokers
+    from ..config import Settings
+    from ..core.delay import DelayService
+    from ..core.relay import Relay
+    from ..core.watermarks import Watermarks
+    from ..ops import logs
+    from ..store import OffsetStore
+
+    settings = Settings.load()
+    logs.configure(settings.log_level)
+
+    async def run() -> None:
+        b = brokers.create(settings)
+        await b.start()
+        store = OffsetStore.connect(settings.redis_url, settings.key_prefix,
+                                    settings.redis_max_connections,
+                                    settings.redis_pool_timeout_ms / 1000)
+        delay = DelayService(settings, store, b)
+        if delay.native:
+            print(f"the {b.name} broker delays records itself: there is nothing to relay",
+                  file=sys.stderr)
+            await b.close()
+            await store.aclose()
+            return
+        r = Relay(settings, store, b, Watermarks(store, b, settings.metadata_refresh_ms), delay)
+        delay.poke = r.poke
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        r.start()
+        print(f"relaying {len(delay.wheel.levels)} delay levels ({settings.delay_topic_prefix}*); "
+              "Ctrl-C stops", file=sys.stderr)
+        try:
+            await stop.wait()
+        finally:
+            await r.stop()
+            await delay.close()
+            await b.close()
+            await store.aclose()
+
+    asyncio.run(run())
+    return 0
+
+
 def _snapshot(args: argparse.Namespace) -> int:
     from ..ops import snapshot  # imports pyarrow: only for this command
 
@@ -189,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
                                 "offsets: see README, Known limitations)")
         p.set_defaults(fn=fn)
     admin_cli.add_commands(sub)
+    p = sub.add_parser("relay", help="run only the relay that moves delayed records along the delay "
+                                     "wheel (gateway nodes run one each unless MQGW_RELAY=false)")
+    p.set_defaults(fn=relay)
     p = sub.add_parser("snapshot", help="sample every consumer's queue state into Parquet files")
     p.add_argument("--every", default="60s", help="interval: 60s, 2m, 500ms or seconds (default 60s)")
     p.add_argument("--out", default=os.environ.get("MQGW_SNAPSHOT_DIR") or "snapshots",

@@ -36,6 +36,11 @@ class NotFound(DomainError):
     """The named consumer, producer, key, topic or queue does not exist."""
 
 
+class Conflict(DomainError):
+    """The thing is in a state that does not allow this any more (a delayed record that was
+    already delivered cannot be cancelled)."""
+
+
 class TooLarge(DomainError):
     """Over a configured limit (batch size, header count); ``details['limit']`` names it."""
 

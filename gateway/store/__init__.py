@@ -8,6 +8,8 @@ Nothing outside this package touches a Redis client. Modules, one job each:
 - ``registry.py``: registry records (consumer config hashes and name sets, producers, API keys
   and their grants), as ``store.registry``;
 - ``alerts.py``: the backlog-alert lease, lock and state, as ``store.alerts``;
+- ``delay.py``: the relay's settle, delayed records' cancel/delivered marks and relay wake-ups,
+  as ``store.delay``;
 - ``views.py``: batched reads of many consumers (``store.read_consumers``);
 - ``scan.py``: the snapshot's SCAN/HSCAN reading, with a client of its own (:class:`Scanner`);
 - ``scripts.py`` and ``lua/``: the scripts, each loaded behind ``lua/prelude.lua``;
@@ -16,6 +18,7 @@ Nothing outside this package touches a Redis client. Modules, one job each:
 
 from .alerts import AlertStore
 from .connect import UNAVAILABLE, connect, text, text_dict
+from .delay import DelayStore, Settled
 from .keys import AlertKey, KeyLayout, RegistryKey, glob_escape, queue_field
 from .offsets import (
     NO_CREDENTIAL,
@@ -39,9 +42,39 @@ from .scan import QueueHash, Sample, Scanner, ScanStats, lua_number
 from .views import ConsumerRead
 
 __all__ = [
-    "NO_CREDENTIAL", "UNAVAILABLE", "AckOutcome", "AckResult", "AlertKey", "AlertStore",
-    "ConsumerRead", "Credential", "KeyLayout", "Lock", "NeedsRestore", "NoQueue", "OffsetStore", "Paused",
-    "QueueHash", "QueueState", "RateLimited", "Refused", "RegistryKey", "RegistryStore", "Sample",
-    "ScanStats", "Scanner", "UnlockOutcome", "UnlockResult", "connect", "glob_escape", "lua_number",
-    "now_ms", "parse_queue_hash", "queue_field", "text", "text_dict",
+    "NO_CREDENTIAL",
+    "UNAVAILABLE",
+    "AckOutcome",
+    "AckResult",
+    "AlertKey",
+    "AlertStore",
+    "ConsumerRead",
+    "Credential",
+    "DelayStore",
+    "KeyLayout",
+    "Lock",
+    "NeedsRestore",
+    "NoQueue",
+    "OffsetStore",
+    "Paused",
+    "QueueHash",
+    "QueueState",
+    "RateLimited",
+    "Refused",
+    "RegistryKey",
+    "RegistryStore",
+    "Sample",
+    "ScanStats",
+    "Scanner",
+    "Settled",
+    "UnlockOutcome",
+    "UnlockResult",
+    "connect",
+    "glob_escape",
+    "lua_number",
+    "now_ms",
+    "parse_queue_hash",
+    "queue_field",
+    "text",
+    "text_dict",
 ]

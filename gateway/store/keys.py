@@ -32,6 +32,9 @@ state each have a slot of their own.
 ``P:{alerts}:lease``        string  node that evaluates alerts this interval (``SET NX PX``)
 ``P:{alerts}:lock``         string  token of the running alert evaluation
 ``P:{ckpt}:lease``          string  node that checkpoints offsets to the broker this interval
+``P:{delay}:m:<id>``        string  a delayed record's fate: ``c`` cancelled, ``d`` delivered;
+                                    expires ``delay_mark_retention_ms`` after its due time
+``P:{delay}:poke``          channel a level topic that was written to (wakes relays at once)
 ==========================  ======  =====================================================
 
 Field names are ``topic:queue:attr`` and the scripts take skip lists as ``,q1,q2,``, so a
@@ -102,6 +105,14 @@ class KeyLayout:
 
     def checkpoint_lease(self) -> str:
         return f"{self.prefix}:{{ckpt}}:lease"
+
+    def delay_mark(self, delay_id: str) -> str:
+        """A delayed record's cancel/delivered mark; all in one slot, so one script decides a
+        whole batch of them on Redis Cluster too."""
+        return f"{self.prefix}:{{delay}}:m:{delay_id}"
+
+    def delay_poke(self) -> str:
+        return f"{self.prefix}:{{delay}}:poke"
 
     def registry(self, what: RegistryKey) -> str:
         """``consumers``, ``seen_at``, ``producers`` or ``keys``: one slot for the whole registry."""

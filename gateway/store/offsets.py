@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 from . import scripts
 from .alerts import AlertStore
 from .connect import MAX_CONNECTIONS, POOL_TIMEOUT_S, connect, fields, text, text_dict
+from .delay import DelayStore
 from .keys import KeyLayout, queue_field
 from .queues import QueueState, parse_queue_hash
 from .registry import RegistryStore
@@ -139,6 +140,7 @@ class OffsetStore:
         self._restore = scripts.register(redis, "restore")
         self.registry = RegistryStore(redis, self.layout)
         self.alerts = AlertStore(redis, self.layout)
+        self.delay = DelayStore(redis, self.layout)
 
     @classmethod
     def connect(cls, url: str, prefix: str = "mqgw", max_connections: int = MAX_CONNECTIONS,

@@ -22,7 +22,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from ..base import (
     Broker,
@@ -47,6 +47,11 @@ _LEADER_CHANGE = {KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PAR
                   KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
                   KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.REQUEST_TIMED_OUT,
                   KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+#: Pauses before asking a group's coordinator again while it is being elected or loaded.
+_COORDINATOR_RETRY_S = (0.1, 0.3, 0.6, 1.0, 2.0)
+_COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                       KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT,
+                       KafkaError.REQUEST_TIMED_OUT}
 #: Checkpoint-group consumers kept open per process (least recently used closed first).
 _GROUP_CONSUMERS = 16
 #: Produce requests with at most this many messages go through a producer with a shorter linger.
@@ -61,8 +66,10 @@ class KafkaBroker(Broker):
 
     def __init__(self, bootstrap: str, *, extra: dict[str, str] | None = None, pool_size: int = 8,
                  max_batch: int = 1000, produce_timeout_ms: int = 30_000, produce_linger_ms: int = 2,
-                 gap_recheck_ms: int = 30, name: str = "kafka") -> None:
+                 gap_recheck_ms: int = 30, replication: int = -1, name: str = "kafka") -> None:
         self.name = name
+        #: Replication factor of the topics the gateway creates (-1: the broker's default).
+        self._replication = replication
         self._gap_recheck_s = gap_recheck_ms / 1000
         self._common: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap,
                                                               **(extra or {})}
@@ -75,6 +82,7 @@ class KafkaBroker(Broker):
         self._running = False
         self._groups: OrderedDict[str, Consumer] = OrderedDict()  # checkpoint groups, LRU
         self._groups_lock = threading.Lock()
+        self._produced: set[tuple[int, str]] = set()  # (producer, topic) metadata asked for
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -188,6 +196,39 @@ class KafkaBroker(Broker):
     async def queues(self, topic: str) -> list[str]:
         return [str(p) for p in await self._partitions(topic)]
 
+    async def ensure_topics(self, topics: dict[str, int], timeout_s: float = 30.0) -> None:
+        """CreateTopics with the broker's default replication factor (-1, KIP-464), then wait
+        until ListOffsets answers for every partition: Apache Kafka lists a new topic's
+        partitions before their leaders serve them (see devstack.create_topic)."""
+        missing: dict[str, int] = {}
+        for topic, n in topics.items():
+            try:
+                await self._partitions(topic, fresh=True)
+            except UnknownTopic:
+                missing[topic] = n
+        if missing:
+            def create() -> None:
+                futures = self._admin.create_topics(
+                    [NewTopic(t, n, self._replication) for t, n in missing.items()],
+                    request_timeout=timeout_s)
+                for f in futures.values():
+                    try:
+                        f.result(timeout_s)
+                    except KafkaException as e:
+                        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                            raise BrokerUnavailable(f"creating topics: {e}") from None
+            await self._run(create)
+        deadline = time.monotonic() + timeout_s
+        for topic in missing:
+            while True:
+                try:
+                    await self.watermarks(topic)
+                    break
+                except (UnknownTopic, BrokerUnavailable):
+                    if time.monotonic() > deadline:
+                        raise BrokerUnavailable(f"topic {topic} is not served yet") from None
+                    await asyncio.sleep(0.1)
+
     async def watermarks(self, topic: str) -> dict[str, tuple[int, int]]:
         parts = await self._partitions(topic, fresh=True)
         tps = [TopicPartition(topic, p) for p in parts]
@@ -299,10 +340,18 @@ class KafkaBroker(Broker):
 
     async def load_offsets(self, group: str, topic: str) -> dict[str, int]:
         parts = await self._partitions(topic, fresh=True)
-        try:
-            got = await self._run(self._committed, group, [TopicPartition(topic, p) for p in parts])
-        except KafkaException as e:
-            raise BrokerUnavailable(f"reading offsets of group {group}: {e}") from None
+        tps = [TopicPartition(topic, p) for p in parts]
+        for delay in (*_COORDINATOR_RETRY_S, None):
+            try:
+                got = await self._run(self._committed, group, tps)
+                break
+            except KafkaException as e:
+                # A new cluster creates __consumer_offsets on the first group request, and its
+                # coordinators answer NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a moment
+                # (the first /message of `make run` on Apache Kafka met a 503 here).
+                if delay is None or e.args[0].code() not in _COORDINATOR_MOVING:
+                    raise BrokerUnavailable(f"reading offsets of group {group}: {e}") from None
+                await asyncio.sleep(delay)
         # A partition the group has no offset for answers OFFSET_INVALID (-1001).
         return {str(tp.partition): tp.offset for tp in got if tp.error is None and tp.offset >= 0}
 
@@ -340,6 +389,19 @@ class KafkaBroker(Broker):
             offset, self._gap_recheck_s)
 
     # -- produce --------------------------------------------------------------------------
+    async def _learn(self, producer: Producer, topic: str) -> None:
+        """Ask for a topic's metadata before a producer's first write to it. Measured on Apache
+        Kafka 4.1: a producer's (and a consumer's) first request for a topic it had not seen
+        waited ~1 s for the next periodic metadata refresh; after a metadata request, tens of
+        ms. Every first delayed record through a level topic was a second late for it."""
+        try:
+            await self._run(producer.list_topics, topic, 5)
+        except KafkaException:
+            return  # the write finds out, as before
+        if len(self._produced) >= 10_000:
+            self._produced.clear()
+        self._produced.add((id(producer), topic))
+
     async def produce(self, topic: str, messages: list[OutgoingMessage]) -> list[ProduceResult]:
         if not messages:
             return []
@@ -371,6 +433,8 @@ class KafkaBroker(Broker):
             return cb
 
         producer = self._small_producer if len(messages) <= _SMALL_PRODUCE else self._producer
+        if (id(producer), topic) not in self._produced:
+            await self._learn(producer, topic)
         produce = producer.produce
         for i, m in enumerate(messages):
             kwargs: dict[str, Any] = {"value": m.value, "key": m.key, "on_delivery": on_delivery(i)}

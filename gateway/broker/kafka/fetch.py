@@ -25,6 +25,13 @@ _OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
 UNKNOWN_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 #: How long a read waits for the first record of a queue believed to have a backlog.
 FETCH_WAIT_S = 1.0
+#: With records in hand, how long a read waits for more before it returns them: about one fetch
+#: round trip (fetch.wait.max.ms is 10). It used to wait up to FETCH_WAIT_S for a full batch, so
+#: a read of a partition that producers kept writing took a second (measured: the delay relay's
+#: reads of its level topics, 1,031-1,061 ms each, and records late by as much).
+FOLLOW_WAIT_S = 0.01
+#: A consumer asks for a topic's metadata again (before an assign) after this long.
+KNOWN_TOPIC_S = 300.0
 #: Skip forward through at most this many held records before seeking instead.
 SKIP_AHEAD = 5000
 
@@ -68,10 +75,12 @@ class WouldBlock(Exception):
 
 
 class PooledConsumer:
-    __slots__ = ("at_eof", "consumer", "partition", "position", "topic", "used")
+    __slots__ = ("at_eof", "consumer", "known", "partition", "position", "topic", "used")
 
     def __init__(self, consumer: Consumer) -> None:
         self.consumer = consumer
+        #: Topics whose metadata this consumer asked for, and when (monotonic s).
+        self.known: dict[str, float] = {}
         self.topic = ""
         self.partition = -1
         self.position = -1  # next offset this consumer returns without a seek; -1 unknown
@@ -174,6 +183,7 @@ def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_record
         if reused and pc.position < offset:
             reused, records = _skip_to(pc, offset, stop_at_holes)
         if not reused:
+            _learn(pc, topic)
             c.assign([tp])
         pc.topic, pc.partition, pc.position, pc.at_eof = topic, partition, -1, False
         deadline = time.monotonic() + FETCH_WAIT_S
@@ -189,6 +199,8 @@ def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_record
             raise WouldBlock((reused, records, deadline))
         if not msgs:
             remaining = deadline - time.monotonic()
+            if records:  # only the first record is waited for; then what follows at once
+                remaining = min(remaining, FOLLOW_WAIT_S)
             m = c.poll(remaining) if remaining > 0 else None
             if m is None:
                 break
@@ -229,6 +241,24 @@ def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_record
         raise BrokerUnavailable(str(error))
     end = eof_offset if not records and eof_offset > offset else -1
     return RawRead(records, hw if hw is not None and hw >= 0 else -1, end_offset=end)
+
+
+def _learn(pc: PooledConsumer, topic: str) -> None:
+    """Ask for the topic's metadata before the first assign of it on this consumer. Measured on
+    Apache Kafka 4.1 (librdkafka 2.x): the first record of a partition of a topic the consumer
+    had not seen came ~1,000 ms after the assign (its metadata waits for the next periodic
+    refresh); after a metadata request, 27-85 ms, and 13-22 ms on later assigns. The delay relay
+    moves among dozens of level topics, and every such read held its records a second."""
+    now = time.monotonic()
+    if now - pc.known.get(topic, -KNOWN_TOPIC_S) < KNOWN_TOPIC_S:
+        return
+    try:
+        pc.consumer.list_topics(topic, timeout=5)
+    except KafkaException:
+        return  # the assign finds out, as before
+    if len(pc.known) >= 1000:
+        pc.known.clear()
+    pc.known[topic] = now
 
 
 def _skip_to(pc: PooledConsumer, offset: int, stop_at_holes: bool) -> tuple[bool, list[Record]]:

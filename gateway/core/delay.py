@@ -1,0 +1,246 @@
+"""Delayed produce and cancel: records written into the delay wheel (core/wheel.py).
+
+A delayed record gets an id that names its topic and due time, signed with the gateway's HMAC
+key so that a cancel needs no lookup and cannot be forged: ``DELETE /delayed/{id}`` sets a mark
+in Redis that the relay checks before it writes the record to its topic, and the relay's
+"delivered" mark makes a later cancel answer "already delivered" (one script decides either
+way, so they never both win). Marks expire ``delay_mark_retention_ms`` after the due time.
+
+A broker that delays natively (:attr:`Capability.DELAYED_DELIVERY`) will get its records
+directly; the wheel is only for brokers without (Kafka).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..broker import Broker, Capability, OutgoingMessage, ProduceResult
+from ..config import Settings
+from ..store import OffsetStore, now_ms
+from .errors import Conflict, bad_request
+from .produce import Produced, produce
+from .wheel import (
+    H_DUE,
+    H_HOP_DUE,
+    H_ID,
+    H_PARTITION,
+    H_TIMESTAMP,
+    H_TOPIC,
+    Wheel,
+    parse_levels,
+)
+
+_MAC_BYTES = 12
+_HEAD = struct.Struct(">Q6s")  # due ms, random
+
+
+@dataclass(frozen=True, slots=True)
+class DelayRef:
+    """What a delay id names."""
+
+    due: int
+    topic: str
+
+
+class DelayIds:
+    """``<base64url(due, random, topic)>.<base64url(mac)>``."""
+
+    def __init__(self, key: str) -> None:
+        self._key = key.encode()
+
+    def _mac(self, payload: bytes) -> bytes:
+        return hmac.new(self._key, b"delay:" + payload, hashlib.sha256).digest()[:_MAC_BYTES]
+
+    def new(self, due: int, topic: str) -> str:
+        payload = _HEAD.pack(due, os.urandom(6)) + topic.encode()
+        return f"{_b64(payload)}.{_b64(self._mac(payload))}"
+
+    def parse(self, delay_id: str) -> DelayRef:
+        body, _, mac = delay_id.partition(".")
+        try:
+            payload, sig = _unb64(body), _unb64(mac)
+        except ValueError:
+            raise bad_request("invalid_delay_id", "malformed delay id") from None
+        if len(payload) <= _HEAD.size or not hmac.compare_digest(sig, self._mac(payload)):
+            raise bad_request("invalid_delay_id", "not a delay id this gateway issued "
+                              "(malformed, or signed with another key)")
+        due, _ = _HEAD.unpack_from(payload)
+        return DelayRef(due, payload[_HEAD.size:].decode())
+
+
+def _b64(b: bytes) -> str:
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def _unb64(s: str) -> bytes:
+    if not s or len(s) > 400:
+        raise ValueError(s)
+    try:
+        return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    except (ValueError, TypeError) as e:
+        raise ValueError(s) from e
+
+
+@dataclass(frozen=True, slots=True)
+class Delayed:
+    """One record of a produce request, delayed: cancel it with ``delay_id``."""
+
+    delay_id: str
+    deliver_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    delay_id: str
+    deliver_at: int
+    topic: str
+
+
+class DelayService:
+    """Writes delayed records into the wheel and cancels them."""
+
+    def __init__(self, settings: Settings, store: OffsetStore, broker: Broker,
+                 poke: Callable[[dict[str, dict[str, int]]], None] | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.broker = broker
+        self.wheel = Wheel(parse_levels(settings.delay_levels), settings.delay_topic_prefix)
+        self.ids = DelayIds(settings.hmac_key)
+        #: Told which level queues this process just wrote (its own relay wakes at once).
+        self.poke = poke
+        self.native = Capability.DELAYED_DELIVERY in broker.capabilities
+        self._ready: asyncio.Future[None] | None = None
+
+    async def ensure_topics(self) -> None:
+        """Create the level topics that are missing (once per process; retried after a
+        failure, e.g. while the broker is down)."""
+        if self.native:
+            return
+        if self._ready is None or (self._ready.done() and self._ready.exception() is not None):
+            self._ready = asyncio.ensure_future(self.broker.ensure_topics(
+                dict.fromkeys(self.wheel.topics(), self.settings.delay_partitions)))
+            # retrieved here, so a failure nobody awaits any more (shutdown) is not logged as lost
+            self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
+        await asyncio.shield(self._ready)
+
+    async def close(self) -> None:
+        if self._ready is not None and not self._ready.done():
+            self._ready.cancel()
+            await asyncio.gather(self._ready, return_exceptions=True)
+
+    async def produce(self, topic: str, messages: list[OutgoingMessage],
+                      dues: list[int | None]) -> tuple[Produced, dict[int, Delayed]]:
+        """Write each message due later (``dues[i]``, unix ms) into the wheel, and the others
+        (None) to ``topic`` at once. A message due sooner than the smallest level is waited out
+        here and then written to its topic. Returns the produce results (a delayed record's is
+        empty unless it failed) and the delayed records by index."""
+        await self.ensure_topics()
+        queues = set(await self.broker.queues(topic))  # unknown topic: 404 before anything
+        now = now_ms()
+        results = [ProduceResult() for _ in messages]
+        delayed: dict[int, Delayed] = {}
+        by_level: dict[str, list[int]] = {}
+        soon: list[int] = []
+        at_once: list[int] = []
+        wheeled: dict[int, OutgoingMessage] = {}
+        for i, (m, due) in enumerate(zip(messages, dues, strict=True)):
+            if due is None:
+                at_once.append(i)
+                continue
+            if m.queue is not None and m.queue not in queues:
+                results[i] = ProduceResult(error_code="unknown_partition",
+                                           error=f"topic {topic!r} has no partition {m.queue}")
+                continue
+            delayed[i] = Delayed(self.ids.new(due, topic), due)
+            level = self.wheel.level_for(due - now)
+            if level is None:
+                soon.append(i)
+                continue
+            wheeled[i] = into_wheel(m, topic, due, now + level, delayed[i].delay_id)
+            by_level.setdefault(self.wheel.topic(level), []).append(i)
+        written: dict[str, dict[str, int]] = {}
+        sends = [self._send(level_topic, [wheeled[i] for i in idx], idx, results, written)
+                 for level_topic, idx in by_level.items()]
+        if at_once:
+            sends.append(self._now(topic, [(i, messages[i]) for i in at_once], results))
+        if soon:
+            sends.append(self._soon(topic, [(i, messages[i], delayed[i]) for i in soon], results))
+        await asyncio.gather(*sends)
+        if written:
+            if self.poke is not None:
+                self.poke(written)
+            await self.store.delay.poke(written)
+        for i, r in enumerate(results):
+            if r.error_code:
+                delayed.pop(i, None)
+        return Produced(topic, results), delayed
+
+    async def _now(self, topic: str, items: list[tuple[int, OutgoingMessage]],
+                   results: list[ProduceResult]) -> None:
+        res = await produce(self.broker, topic, [m for _, m in items])
+        for (i, _), r in zip(items, res.results, strict=True):
+            results[i] = r
+
+    async def _send(self, level_topic: str, messages: list[OutgoingMessage], idx: list[int],
+                    results: list[ProduceResult], written: dict[str, dict[str, int]]) -> None:
+        for i, r in zip(idx, await self.broker.produce(level_topic, messages), strict=True):
+            if r.error_code:  # the record is not in the wheel: say why, as for any produce
+                results[i] = r
+            else:
+                note_written(written, level_topic, r)
+
+    async def _soon(self, topic: str, items: list[tuple[int, OutgoingMessage, Delayed]],
+                    results: list[ProduceResult]) -> None:
+        """Records due within the smallest level: written to their topic at their due time,
+        and marked delivered (a cancel after this answers "already delivered")."""
+        await sleep_until(max(d.deliver_at for _, _, d in items))
+        res = await produce(self.broker, topic, [m for _, m, _ in items])
+        marks: list[tuple[str, int]] = []
+        for (i, _, d), r in zip(items, res.results, strict=True):
+            if r.error_code:
+                results[i] = r
+            else:
+                marks.append((d.delay_id, d.deliver_at + self.settings.delay_mark_retention_ms))
+        await self.store.delay.deliver(marks)
+
+    async def cancel(self, delay_id: str) -> Cancelled:
+        """Cancel a delayed record; :class:`Conflict` ``already_delivered`` if it was."""
+        ref = self.ids.parse(delay_id)
+        expire = ref.due + self.settings.delay_mark_retention_ms
+        if expire <= now_ms() or not await self.store.delay.cancel(delay_id, expire):
+            raise Conflict("already_delivered", "this delayed record was already delivered "
+                           "to its topic", deliver_at=ref.due)
+        return Cancelled(delay_id, ref.due, ref.topic)
+
+
+def into_wheel(m: OutgoingMessage, topic: str, due: int, hop_due: int, delay_id: str) -> OutgoingMessage:
+    """The message as a level topic holds it: its own key and headers, and where it goes and
+    when in ``mqgw-delay-*`` headers (removed again on the way out)."""
+    headers = [*m.headers, (H_TOPIC, topic.encode()), (H_DUE, str(due).encode()),
+               (H_HOP_DUE, str(hop_due).encode()), (H_ID, delay_id.encode())]
+    if m.queue is not None:
+        headers.append((H_PARTITION, m.queue.encode()))
+    if m.timestamp is not None:
+        headers.append((H_TIMESTAMP, str(m.timestamp).encode()))
+    return OutgoingMessage(m.value, m.key, headers)
+
+
+
+def note_written(written: dict[str, dict[str, int]], topic: str, r: ProduceResult) -> None:
+    """Record that ``topic``'s queue now holds at least up to ``r``'s offset (for pokes)."""
+    qs = written.setdefault(topic, {})
+    qs[r.queue] = max(qs.get(r.queue, 0), r.offset + 1)
+
+
+async def sleep_until(at_ms: int) -> None:
+    """Sleep until the wall clock reads ``at_ms`` or later (the event loop's timers may fire a
+    little early, and "never before the due time" is measured on the wall clock)."""
+    while (left := at_ms - now_ms()) > 0:  # noqa: ASYNC110 - a clock, not an event, is awaited
+        await asyncio.sleep(left / 1000 + 0.0005)

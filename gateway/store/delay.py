@@ -1,0 +1,94 @@
+"""Delayed records in Redis: the relay's settle, cancel/delivered marks, and relay wake-ups.
+
+The records themselves live in the broker (level topics, core/wheel.py); Redis holds only what
+must be decided once across nodes: which relay holds a level queue (the consume path's lock,
+``relay_settle.lua`` to commit and park it), whether a record was cancelled or delivered first
+(``delay_marks.lua``), and a channel that tells every relay a level topic was just written to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from enum import Enum
+
+from redis.asyncio import Redis
+
+from . import scripts
+from .connect import UNAVAILABLE, text
+from .keys import KeyLayout
+
+log = logging.getLogger("mqgw.delay")
+
+#: After a lost subscription, subscribe again this soon (relays poll meanwhile).
+_RESUBSCRIBE_S = 1.0
+
+
+class Settled(str, Enum):
+    SETTLED = "settled"
+    LOCK_LOST = "lock_lost"  # the lock expired and another relay took the queue
+    OFFSET_MISMATCH = "offset_mismatch"
+    UNKNOWN = "unknown"
+
+
+class DelayStore:
+    def __init__(self, redis: Redis, layout: KeyLayout) -> None:
+        self._redis = redis
+        self._keys = layout
+        self._settle = scripts.register(redis, "relay_settle")
+        self._marks = scripts.register(redis, "delay_marks")
+
+    async def settle(self, queues_key: str, topic: str, queue: str, offset: int, next_offset: int,
+                     token: int, park_until_ms: int, lock_timeout_ms: int) -> Settled:
+        """Commit ``[offset, next_offset)`` and free the queue, or keep it locked until
+        ``park_until_ms`` (when its head is due)."""
+        r = await self._settle(keys=[queues_key], args=[f"{topic}:{queue}:", offset, next_offset,
+                                                         token, park_until_ms, lock_timeout_ms])
+        return Settled(text(r[0]))
+
+    async def cancel(self, delay_id: str, expire_at_ms: int) -> bool:
+        """Cancel a delayed record unless it was delivered; True if it is (now) cancelled."""
+        r = await self._marks(keys=[self._keys.delay_mark(delay_id)], args=["cancel", expire_at_ms])
+        return text(r) == "cancelled"
+
+    async def deliver(self, marks: list[tuple[str, int]]) -> set[int]:
+        """Mark records delivered (``(id, expire_at_ms)`` each); the indexes of those that were
+        cancelled first, which must not be delivered."""
+        if not marks:
+            return set()
+        r = await self._marks(keys=[self._keys.delay_mark(i) for i, _ in marks],
+                              args=["deliver", *(at for _, at in marks)])
+        return {int(i) - 1 for i in r}
+
+    async def poke(self, written: dict[str, dict[str, int]]) -> None:
+        """Tell every relay which level queues were written to, up to which offset
+        (``{topic: {queue: high watermark}}``): their cached watermarks may be older."""
+        if written:
+            await self._redis.publish(self._keys.delay_poke(), ",".join(
+                f"{t}:{q}:{hi}" for t, qs in written.items() for q, hi in qs.items()))
+
+    async def listen(self, on_poke: Callable[[dict[str, dict[str, int]]], None]) -> None:
+        """Run until cancelled, calling ``on_poke`` with what each notice says was written."""
+        channel = self._keys.delay_poke()
+        while True:
+            pubsub = self._redis.pubsub()
+            try:
+                await pubsub.subscribe(channel)
+                async for msg in pubsub.listen():
+                    if msg["type"] == "message":
+                        written: dict[str, dict[str, int]] = {}
+                        for item in text(msg["data"]).split(","):
+                            t, q, hi = item.rsplit(":", 2)
+                            written.setdefault(t, {})[q] = int(hi)
+                        on_poke(written)
+            except asyncio.CancelledError:
+                raise
+            except (*UNAVAILABLE, AttributeError, NotImplementedError) as e:  # type: ignore[misc]
+                log.warning("relay wake-up channel lost (%r); subscribing again", e)
+            finally:
+                try:
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                except Exception:  # noqa: BLE001 - the connection may already be gone
+                    pass
+            await asyncio.sleep(_RESUBSCRIBE_S)

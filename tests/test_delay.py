@@ -1,0 +1,313 @@
+"""Delayed records (issue 12): the wheel's arithmetic, delivery on time through several relaying
+nodes, a relay killed mid-run, cancel, and bad delays.
+
+Real redis-server, the real broker, gateway nodes as uvicorn processes. Each test gives its nodes
+level topics of their own (``delay_topic_prefix``) and fewer levels than the default (20 topics
+of 2 partitions instead of 45 of 4), so creating them stays quick on Apache Kafka.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.core.wheel import DEFAULT_LEVELS_MS, Wheel, parse_levels
+
+from .helpers import HMAC_KEY, Node, start_node, unique
+
+#: 1-9 x 100 ms, 1-9 s, 10 s, 20 s: a 30 s delay takes at most 4 hops (20 s, 9 s, 900 ms, ...).
+LEVELS = "100ms,200ms,300ms,400ms,500ms,600ms,700ms,800ms,900ms,1s,2s,3s,4s,5s,6s,7s,8s,9s,10s,20s"
+YEAR_MS = 365 * 24 * 3600 * 1000
+
+
+# -- the arithmetic, without waiting -----------------------------------------------------------
+
+@pytest.mark.parametrize("levels", [DEFAULT_LEVELS_MS, parse_levels(LEVELS)])
+def test_levels_never_overshoot_and_leave_less_than_the_smallest(levels: tuple[int, ...]) -> None:
+    w = Wheel(levels)
+    rng = random.Random(7)
+    delays = [1, 99, 100, 101, 999, 1000, 29_999, 30_000, 86_400_000, 2 * YEAR_MS,
+              *(rng.randrange(1, 2 * YEAR_MS) for _ in range(300)),
+              *(rng.randrange(1, 30_000) for _ in range(300))]
+    for d in delays:
+        hops = w.plan(d)
+        assert sum(hops) <= d, d  # never early
+        assert d - sum(hops) < w.smallest, d  # what is left is waited out in memory: < 100 ms
+        assert all(h in levels for h in hops)
+        # hops only shrink, except the loops on the top level
+        assert all(a >= b for a, b in itertools.pairwise(hops)), (d, hops[:5])
+        top_loops = max(0, d // levels[-1] - 1)
+        assert len(hops) <= top_loops + 1 + 9 * len(levels), d
+    if levels == DEFAULT_LEVELS_MS:
+        assert len(w.plan(29_700)) == 3  # 20 s, 9 s, 700 ms: one hop per decimal digit
+        assert len(w.plan(2 * YEAR_MS)) < 7_100  # one loop per 2.5 h, then the digits
+
+
+def test_ready_at_and_level_choice() -> None:
+    w = Wheel((100, 1000, 10_000))
+    assert w.level_for(99) is None and w.level_for(100) == 100 and w.level_for(9_999) == 1000
+    assert w.level_for(10 ** 12) == 10_000  # longer than the top: loop on it
+    assert w.ready_at(hop_due=5000, due=5050) == 5050  # less than 100 ms left then: wait for due
+    assert w.ready_at(hop_due=5000, due=5000) == 5000
+    assert w.ready_at(hop_due=5000, due=4000) == 5000  # late already: at once
+    assert w.ready_at(hop_due=5000, due=9000) == 5000  # next hop at the hop due
+    assert w.topics()[0] == "mqgw.delay.100ms"
+    with pytest.raises(ValueError):
+        parse_levels("0ms")
+    with pytest.raises(ValueError):
+        parse_levels("soon")
+
+
+# -- end to end ------------------------------------------------------------------------------
+
+def _nodes(redis_url: str, bootstrap: str, tmp: Path, n: int, prefix: str, **kw: Any) -> list[Node]:
+    settings = {"relay": "true", "delay_levels": LEVELS, "delay_topic_prefix": prefix,
+                "delay_partitions": 2, "relay_lock_ms": 2000, **kw}
+    return [start_node(redis_url, bootstrap, tmp, **settings) for _ in range(n)]
+
+
+class Collector:
+    """Consumers on every node, recording when each value arrived (time.time() ms)."""
+
+    def __init__(self, urls: list[str], topic: str, group: str, threads: int = 4) -> None:
+        self.arrived: dict[str, list[int]] = {}
+        self.written: dict[str, int] = {}  # the record's timestamp: when the relay wrote it
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(urls[i % len(urls)], topic, group),
+                                         daemon=True) for i in range(threads)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, url: str, topic: str, group: str) -> None:
+        with httpx.Client(timeout=10) as http:
+            ack = ""
+            while not self.stop.is_set():
+                params = {"topic": topic, "consumer": group, "max": 200, "wait_ms": 300}
+                if ack:
+                    params["requestId"] = ack
+                try:
+                    r = http.get(f"{url}/message", params=params)
+                except httpx.HTTPError:
+                    ack = ""
+                    time.sleep(0.05)
+                    continue
+                now = int(time.time() * 1000)
+                ack = ""
+                if r.status_code != 200:
+                    time.sleep(0.05)
+                    continue
+                body = r.json()
+                with self.lock:
+                    for m in body.get("messages", []):
+                        self.arrived.setdefault(m["value"], []).append(now)
+                        self.written[m["value"]] = m.get("timestamp", -1)
+                ack = body.get("requestId", "")
+
+    def wait_for(self, n: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and len(self.arrived) < n:
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(15)
+
+
+def _produce_delayed(url: str, topic: str, delays: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """Produce ``{value: delayMs}`` in batches; returns ``{value: {delayId, deliverAt}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    items = list(delays.items())
+    with httpx.Client(timeout=30) as http:
+        for i in range(0, len(items), 250):
+            chunk = items[i:i + 250]
+            r = http.post(f"{url}/produce", json={"topic": topic, "messages": [
+                {"value": v, "delayMs": d} for v, d in chunk]})
+            assert r.status_code == 200, r.text
+            for (v, _), res in zip(chunk, r.json()["results"], strict=True):
+                assert "error" not in res, res
+                out[v] = res
+    return out
+
+
+@pytest.mark.slow
+def test_delayed_records_arrive_on_time_through_several_nodes(
+        redis_url: str, bootstrap: str, make_topic: Callable[..., str], tmp_path: Path) -> None:
+    topic = make_topic(4)
+    nodes = _nodes(redis_url, bootstrap, tmp_path, 2, unique("dl") + ".")
+    group = unique("late")
+    coll = Collector([n.url for n in nodes], topic, group)
+    try:
+        time.sleep(1)  # the consumers are polling (start=latest is taken before the first record)
+        rng = random.Random(12)
+        total = 5000
+        delays = {f"v{i}": rng.randrange(0, 30_000) for i in range(total)}
+        produced: dict[str, dict[str, Any]] = {}
+        half = dict(list(delays.items())[:total // 2]), dict(list(delays.items())[total // 2:])
+        threads = [threading.Thread(target=lambda d, u: produced.update(_produce_delayed(u, topic, d)),
+                                    args=(half[i], nodes[i].url)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert len(produced) == total
+        coll.wait_for(total, 60)
+    finally:
+        coll.close()
+        for n in nodes:
+            n.stop()
+    missing = [v for v in delays if v not in coll.arrived]
+    assert not missing, f"{len(missing)} never arrived, e.g. {missing[:5]}"
+    late: list[int] = []
+    for v, res in produced.items():
+        due = res.get("deliverAt")
+        first = min(coll.arrived[v])
+        if due is None:  # delayMs 0: written at once
+            continue
+        assert first >= due, (v, first - due)  # never before its due time
+        late.append(first - due)
+    # Lateness: when the relay wrote the record to its topic (the record's timestamp, the
+    # producer's clock on this machine) after its due time; and when a consumer got it.
+    written = sorted(coll.written[v] - res["deliverAt"] for v, res in produced.items() if "deliverAt" in res)
+    assert written[0] >= 0, written[0]
+    late.sort()
+    print(f"lateness over {len(late)} delayed records, written: p50 {pct(written, 50)} ms, "
+          f"p99 {pct(written, 99)} ms, max {written[-1]} ms; received: p50 {pct(late, 50)} ms, "
+          f"p99 {pct(late, 99)} ms, max {late[-1]} ms")
+    # The target is 250 ms at p99 (BENCHMARKS.md has the measured distribution); the bound here
+    # is looser so that a loaded 2-core machine cannot fail it, and still below a second.
+    assert pct(written, 99) < 1_000, written[-50:]
+
+
+def pct(sorted_ms: list[int], p: int) -> int:
+    return sorted_ms[min(len(sorted_ms) - 1, len(sorted_ms) * p // 100)]
+
+
+@pytest.mark.slow
+def test_relay_killed_mid_run_loses_nothing(
+        redis_url: str, bootstrap: str, make_topic: Callable[..., str], tmp_path: Path) -> None:
+    """Two nodes relay, and `mqgw relay` on its own as a third; the latter is SIGKILLed while it
+    holds level queues: they are taken over when its locks expire (relay_lock_ms), nothing is
+    lost and nothing comes early."""
+    topic = make_topic(2)
+    prefix = unique("dk") + "."
+    nodes = _nodes(redis_url, bootstrap, tmp_path, 2, prefix)
+    env = {**os.environ, "MQGW_REDIS_URL": redis_url, "MQGW_KAFKA_BOOTSTRAP": bootstrap,
+           "MQGW_HMAC_KEY": HMAC_KEY, "MQGW_DELAY_LEVELS": LEVELS, "MQGW_DELAY_TOPIC_PREFIX": prefix,
+           "MQGW_DELAY_PARTITIONS": "2", "MQGW_RELAY_LOCK_MS": "2000", "MQGW_METADATA_REFRESH_MS": "100"}
+    log = open(tmp_path / "relay.log", "wb")  # noqa: SIM115 - closed below, after the process
+    alone = subprocess.Popen([sys.executable, "-m", "gateway", "relay"], env=env, stdout=log,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+    group = unique("kill")
+    coll = Collector([n.url for n in nodes], topic, group)
+    try:
+        deadline = time.monotonic() + 30
+        while b"Ctrl-C stops" not in (tmp_path / "relay.log").read_bytes():
+            assert alone.poll() is None and time.monotonic() < deadline, (tmp_path / "relay.log").read_text()
+            time.sleep(0.1)
+        time.sleep(1)
+        rng = random.Random(3)
+        delays = {f"k{i}": rng.randrange(200, 8_000) for i in range(1500)}
+        produced = _produce_delayed(nodes[0].url, topic, delays)
+        time.sleep(2)  # the three relays are moving records
+        os.killpg(alone.pid, signal.SIGKILL)
+        alone.wait(10)
+        coll.wait_for(len(delays), 60)
+    finally:
+        coll.close()
+        if alone.poll() is None:
+            os.killpg(alone.pid, signal.SIGKILL)
+            alone.wait(10)
+        log.close()
+        for n in nodes:
+            n.stop()
+    missing = [v for v in delays if v not in coll.arrived]
+    assert not missing, f"{len(missing)} never arrived, e.g. {missing[:5]}"
+    early = [v for v, res in produced.items() if min(coll.arrived[v]) < res["deliverAt"]]
+    assert not early, early[:5]
+    duplicates = sum(len(t) - 1 for t in coll.arrived.values())
+    print(f"{duplicates} duplicates after the kill (the killed relay's sends that it had not committed)")
+
+
+def test_cancel_before_and_after_the_due_time(
+        redis_url: str, bootstrap: str, make_topic: Callable[..., str], tmp_path: Path) -> None:
+    topic = make_topic(1)
+    node, = _nodes(redis_url, bootstrap, tmp_path, 1, unique("dc") + ".")
+    group = unique("cancel")
+    coll = Collector([node.url], topic, group, threads=1)
+    try:
+        time.sleep(1)
+        with httpx.Client(timeout=30) as http:
+            r = http.post(f"{node.url}/produce", json={"topic": topic, "messages": [
+                {"value": "keep", "delayMs": 1500}, {"value": "drop", "delayMs": 1500},
+                {"value": "now"}]})
+            assert r.status_code == 200, r.text
+            keep, drop, now = r.json()["results"]
+            assert "offset" in now and "delayId" not in now
+            assert keep["deliverAt"] > time.time() * 1000
+            r = http.delete(f"{node.url}/delayed/{drop['delayId']}")
+            assert r.status_code == 200, r.text
+            assert r.json() == {"result": "cancelled", "delayId": drop["delayId"],
+                                "deliverAt": drop["deliverAt"], "topic": topic}
+            assert http.delete(f"{node.url}/delayed/{drop['delayId']}").status_code == 200  # again
+            coll.wait_for(2, 30)
+            assert set(coll.arrived) == {"keep", "now"}
+            r = http.delete(f"{node.url}/delayed/{keep['delayId']}")
+            assert r.status_code == 409 and r.json()["error"]["code"] == "already_delivered", r.text
+            time.sleep(1)  # the cancelled one stays cancelled after its due time
+            assert "drop" not in coll.arrived
+            forged = keep["delayId"][:-2] + ("AA" if not keep["delayId"].endswith("AA") else "BB")
+            r = http.delete(f"{node.url}/delayed/{forged}")
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_delay_id", r.text
+            r = http.delete(f"{node.url}/delayed/garbage")
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_delay_id", r.text
+    finally:
+        coll.close()
+        node.stop()
+
+
+def test_bad_delays_are_refused_with_a_code(
+        redis_url: str, bootstrap: str, make_topic: Callable[..., str], tmp_path: Path) -> None:
+    topic = make_topic(1)
+    node = start_node(redis_url, bootstrap, tmp_path)  # refused before any relay matters
+    try:
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"value": "x", "delayMs": -1}, "invalid_delay"),
+            ({"value": "x", "delayMs": "soon"}, "invalid_delay"),
+            ({"value": "x", "delayMs": 1.5}, "invalid_delay"),
+            ({"value": "x", "delayMs": 10 ** 20}, "invalid_delay"),
+            ({"value": "x", "deliverAt": "tomorrow"}, "invalid_deliver_at"),
+            ({"value": "x", "deliverAt": "2026-11-25T20:00:00"}, "invalid_deliver_at"),  # no offset
+            ({"value": "x", "deliverAt": "12026-01-01T00:00:00Z"}, "invalid_deliver_at"),
+            ({"value": "x", "deliverAt": -5}, "invalid_deliver_at"),
+            ({"value": "x", "deliverAt": 10 ** 16}, "invalid_deliver_at"),
+            ({"value": "x", "delayMs": 5, "deliverAt": 10}, "conflicting_delay"),
+            ({"messages": [{"value": "x"}], "delayMs": 5, "deliverAt": 10}, "conflicting_delay"),
+            ({"messages": [{"value": "x", "delayMs": []}]}, "invalid_delay"),
+        ]
+        with httpx.Client(timeout=10) as http:
+            for body, code in cases:
+                r = http.post(f"{node.url}/produce", json={"topic": topic, **body})
+                assert r.status_code == 400, (body, r.text)
+                assert r.json()["error"]["code"] == code, (body, r.text)
+            # 0 and a past deliverAt are written at once, as a plain produce
+            r = http.post(f"{node.url}/produce", json={"topic": topic, "messages": [
+                {"value": "a", "delayMs": 0}, {"value": "b", "deliverAt": "2001-01-01T00:00:00Z"},
+                {"value": "c", "deliverAt": 1}]})
+            assert r.status_code == 200, r.text
+            assert all("offset" in x for x in r.json()["results"]), r.text
+    finally:
+        node.stop()
