@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import resource
 import sys
 import time
@@ -141,15 +142,21 @@ def _cpu() -> float:
 
 
 # -- produce ---------------------------------------------------------------------------------
-def produce_requests(topic: str, per_request: int, value_size: int, variants: int = 64) -> list[bytes]:
-    """Pre-built POST /produce requests: distinct keys spread records over all partitions."""
+def produce_requests(topic: str, per_request: int, value_size: int, variants: int = 64,
+                     max_delay_ms: int = 0) -> list[bytes]:
+    """Pre-built POST /produce requests: distinct keys spread records over all partitions; with
+    ``max_delay_ms`` each record is delayed by a random 0..max_delay_ms."""
     out = []
     seq = 0
+    rng = random.Random(7)
     for _ in range(variants):
         msgs = []
         for _ in range(per_request):
             head = f"v{seq:010d}-"
-            msgs.append({"key": f"k{seq}", "value": head + "x" * (value_size - len(head))})
+            msg: dict[str, Any] = {"key": f"k{seq}", "value": head + "x" * (value_size - len(head))}
+            if max_delay_ms:
+                msg["delayMs"] = rng.randrange(max_delay_ms)
+            msgs.append(msg)
             seq += 1
         out.append(httpc.post("/produce", orjson.dumps({"topic": topic, "messages": msgs})))
     return out
@@ -159,7 +166,8 @@ async def run_produce(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["kind"] == "noop":  # GET /healthz through the same app, middleware and connections
         reqs = [httpc.get(spec.get("path", "/healthz"))]
     else:
-        reqs = produce_requests(spec["topic"], spec["per_request"], spec["value_size"])
+        reqs = produce_requests(spec["topic"], spec["per_request"], spec["value_size"],
+                                max_delay_ms=spec.get("max_delay_ms", 0))
     conns, placement = await open_connections(spec["port"], spec["concurrency"], spec.get("balance", []))
     win = Window(spec["warmup"], spec["duration"])
     lat: list[int] = []

@@ -48,6 +48,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
+import delay as bench_delay  # noqa: E402
 import procstat  # noqa: E402
 import rawkafka  # noqa: E402
 from gateway.cli import devstack  # noqa: E402
@@ -63,6 +64,7 @@ TARGETS = {
     "p100": "100 records/request >= 150,000 records/s",
     "f32": "fetch+ack max=32, 16 consumers >= 40,000 records/s, /message p50 < 3 ms, p99 < 15 ms",
     "f1000": "fetch+ack max=1000 >= 250,000 records/s",
+    "delay": "10,000 delayed records/s through the wheel with p99 lateness < 250 ms",
 }
 
 
@@ -71,6 +73,11 @@ def check_target(name: str, r: dict[str, Any]) -> bool | None:
         return r["req_per_s"] >= 8000 and r["latency_ms"].get("p99", 1e9) < 10
     if name == "p100":
         return r["records_per_s"] >= 150_000
+    if name == "delay":
+        d = r.get("deliveries", {})
+        p99 = d.get("lateness_ms", {}).get("p99")
+        return (d.get("delivered", 0) >= d.get("expected", 1) and r["records_per_s"] >= 10_000
+                and p99 is not None and p99 < 250)
     if name == "f32":
         m = r["message_latency_ms"]
         return r["records_per_s"] >= 40_000 and m.get("p50", 1e9) < 3 and m.get("p99", 1e9) < 15
@@ -366,18 +373,25 @@ def report(res: dict[str, Any], paced_rate: int, broker: str) -> str:
               "p100": "HTTP produce 100 rec/req, c=16",
               "f32": "fetch+ack max=32, 16 consumers", "f1000": "fetch+ack max=1000, 16 consumers",
               "f32pb": "fetch max=32 + piggy-backed ack",
-              "f32r": f"fetch+ack max=32 offered {paced_rate:,}/s"}
+              "f32r": f"fetch+ack max=32 offered {paced_rate:,}/s",
+              "delay": "delayed produce 100 rec/req (random delays)"}
     for name, r in ph.items():
         met = res["targets"].get(name, {}).get("met")
         mark = "" if met is None else ("MET" if met else "MISSED")
         ratio = f"{ratios[name]:.3f}" if name in ratios else ""
         vs_noop = f"{ratios[name + '_vs_noop']:.3f}" if name + "_vs_noop" in ratios else ""
         vs_nr = f"{ratios[name + '_vs_noopredis']:.3f}" if name + "_vs_noopredis" in ratios else ""
-        if name.startswith(("noop", "p")):
+        if name.startswith(("noop", "p")) or name == "delay":
             lat = r["latency_ms"]
             rows.append((labels.get(name, name), "" if name.startswith("noop") else _n(r["records_per_s"]),
                          _n(r["req_per_s"]), _ms(lat, "p50"), _ms(lat, "p99"), ratio, vs_noop, vs_nr,
                          mark))
+            d = r.get("deliveries")
+            if d:
+                lt = d["lateness_ms"]
+                rows.append((f"  delivered {d['delivered']:,} of {d['expected']:,} ({d['early']} early)",
+                             _n(d["delivered_per_s"] or 0), "", f"late {lt['p50']}",
+                             f"late {lt['p99']}", "", "", "", ""))
         else:
             m, a = r["message_latency_ms"], r["ack_latency_ms"]
             rows.append((labels.get(name, name), _n(r["records_per_s"]),
@@ -452,12 +466,14 @@ def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases:
     print(f"=== broker: {broker_name}", flush=True)
     if broker_name == "tansu":  # Tansu's tail race: holes are looked at twice (Settings)
         extra_env = {"MQGW_GAP_RECHECK_MS": "30", **extra_env}
+    extra_env = {**bench_delay.env(), **extra_env}
     redis = stack.add(devstack.start_redis())
     global REDIS_URL
     REDIS_URL = redis.extra["url"]
     broker = start_broker(stack, broker_name)
     bs = broker.extra["bootstrap"]
-    for t in (BACKLOG_TOPIC, *(f"{PRODUCE_TOPIC}-{p}" for p in phases if p.startswith("p"))):
+    for t in (BACKLOG_TOPIC, *(f"{PRODUCE_TOPIC}-{p}" for p in phases if p.startswith("p")),
+              *([f"{PRODUCE_TOPIC}-delay"] if "delay" in phases else [])):
         devstack.create_topic(bs, t, args.partitions)
     print(f"redis {redis.extra['url']}  broker {bs}  topics {args.partitions} partitions", flush=True)
 
@@ -503,6 +519,8 @@ def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases:
                   "ack": "piggyback"},
         "f32r": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32r", "max": 32,
                  "ack": "separate", "rate": args.paced_rate},
+        "delay": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-delay", "per_request": 100,
+                  "value_size": args.value_size, "max_delay_ms": args.max_delay_ms},
     }
     if args.secure:
         common["key"] = secure_setup(redis.extra["url"], gw.port, specs, phases)
@@ -521,6 +539,13 @@ def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases:
         if spec["kind"] == "consume":
             r["after"] = queue_backlog(gw.port, spec["group"])
             r["backlog_held"] = r["empty"] == 0 and r["after"].get("backlog", 0) > 0
+        if name == "delay":  # then wait for the last due time and read what the relay delivered
+            wait_s = args.max_delay_ms / 1000 + 5
+            print(f"  {r['records_per_s']:,.0f} delayed records/s accepted; reading deliveries "
+                  f"(up to {wait_s:.0f} s) ...", flush=True)
+            r["deliveries"] = bench_delay.lateness(bs, spec["topic"], args.partitions,
+                                                   int(r["records"]), timeout_s=wait_s + 60)
+            print(f"  {r['deliveries']}", flush=True)
         res["phases"][name] = r
         if name in TARGETS:
             res["targets"][name] = {"target": TARGETS[name], "met": check_target(name, r)}
@@ -589,8 +614,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="records pre-filled through the raw producer; also the raw produce figure")
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--paced-rate", type=int, default=40_000, help="offered records/s of phase f32r")
+    ap.add_argument("--max-delay-ms", type=int, default=60_000,
+                    help="phase delay: records are delayed by a random 0..this (an hour scaled "
+                         "down 60 times, with the levels scaled likewise: bench/delay.py)")
     ap.add_argument("--workers", type=int, default=2, help="uvicorn workers (2)")
-    ap.add_argument("--phases", default="noop,noopredis,p1,p100,f32,f1000,f32pb,f32r")
+    ap.add_argument("--phases", default="noop,noopredis,p1,p100,f32,f1000,f32pb,f32r,delay")
     ap.add_argument("--broker", choices=("tansu", "kafka", "both"), default="both",
                     help="the broker(s) to measure, one after the other in this run (both)")
     ap.add_argument("--no-balance", action="store_true",

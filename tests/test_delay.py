@@ -42,17 +42,19 @@ def test_levels_never_overshoot_and_leave_less_than_the_smallest(levels: tuple[i
               *(rng.randrange(1, 2 * YEAR_MS) for _ in range(300)),
               *(rng.randrange(1, 30_000) for _ in range(300))]
     for d in delays:
-        hops = w.plan(d)
-        assert sum(hops) <= d, d  # never early
-        assert d - sum(hops) < w.smallest, d  # what is left is waited out in memory: < 100 ms
+        loops, hops = w.plan(d)
+        travelled = loops * levels[-1] + sum(hops)
+        assert travelled <= d, d  # never early
+        assert d - travelled < w.smallest, d  # what is left is waited out in memory: < 100 ms
         assert all(h in levels for h in hops)
-        # hops only shrink, except the loops on the top level
-        assert all(a >= b for a, b in itertools.pairwise(hops)), (d, hops[:5])
-        top_loops = max(0, d // levels[-1] - 1)
-        assert len(hops) <= top_loops + 1 + 9 * len(levels), d
+        assert all(a >= b for a, b in itertools.pairwise(hops)), (d, hops)  # hops only shrink
+        assert len(hops) <= 1 + 9 * len(levels), d
+        assert loops == max(0, d // levels[-1] - 1)
     if levels == DEFAULT_LEVELS_MS:
-        assert len(w.plan(29_700)) == 3  # 20 s, 9 s, 700 ms: one hop per decimal digit
-        assert len(w.plan(2 * YEAR_MS)) < 7_100  # one loop per 2.5 h, then the digits
+        assert w.plan(29_700) == (0, [20_000, 9_000, 700])  # one hop per decimal digit
+        loops, hops = w.plan(2 * YEAR_MS)
+        assert loops + len(hops) < 7_100  # a loop per 2.5 h, then the digits
+        assert w.plan(86_400_000) == (8, [9_000_000, 5_000_000, 400_000])  # a day: 11 hops
 
 
 def test_ready_at_and_level_choice() -> None:
@@ -84,6 +86,7 @@ class Collector:
     def __init__(self, urls: list[str], topic: str, group: str, threads: int = 4) -> None:
         self.arrived: dict[str, list[int]] = {}
         self.written: dict[str, int] = {}  # the record's timestamp: when the relay wrote it
+        self.due: dict[str, int] = {}  # its mqgw-delay-due header
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._run, args=(urls[i % len(urls)], topic, group),
@@ -114,6 +117,9 @@ class Collector:
                     for m in body.get("messages", []):
                         self.arrived.setdefault(m["value"], []).append(now)
                         self.written[m["value"]] = m.get("timestamp", -1)
+                        for name, value in m.get("headers") or []:
+                            if name == "mqgw-delay-due":
+                                self.due[m["value"]] = int(value)
                 ack = body.get("requestId", "")
 
     def wait_for(self, n: int, timeout_s: float) -> None:
@@ -178,6 +184,7 @@ def test_delayed_records_arrive_on_time_through_several_nodes(
         if due is None:  # delayMs 0: written at once
             continue
         assert first >= due, (v, first - due)  # never before its due time
+        assert coll.due[v] == due  # and it says when it was due
         late.append(first - due)
     # Lateness: when the relay wrote the record to its topic (the record's timestamp, the
     # producer's clock on this machine) after its due time; and when a consumer got it.

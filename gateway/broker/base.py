@@ -96,6 +96,9 @@ class OutgoingMessage:
     headers: list[tuple[str, bytes]] = field(default_factory=list)
     queue: str | None = None  # None: the broker picks (by key, or spreads them)
     timestamp: int | None = None
+    #: Deliver at this time (unix ms), for a broker with Capability.DELAYED_DELIVERY only; the
+    #: others never get it (core/delay.py writes into the delay wheel for them instead).
+    deliver_at: int | None = None
 
 
 @dataclass(slots=True)

@@ -6,8 +6,9 @@ in Redis that the relay checks before it writes the record to its topic, and the
 "delivered" mark makes a later cancel answer "already delivered" (one script decides either
 way, so they never both win). Marks expire ``delay_mark_retention_ms`` after the due time.
 
-A broker that delays natively (:attr:`Capability.DELAYED_DELIVERY`) will get its records
-directly; the wheel is only for brokers without (Kafka).
+A broker that delays natively (:attr:`Capability.DELAYED_DELIVERY`) gets its records directly,
+with ``OutgoingMessage.deliver_at``; the wheel is only for brokers without (Kafka). Cancelling
+such a record will be that adapter's to implement (the marks here are the relay's).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hmac
 import os
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..broker import Broker, Capability, OutgoingMessage, ProduceResult
 from ..config import Settings
@@ -143,6 +144,7 @@ class DelayService:
         empty unless it failed) and the delayed records by index."""
         await self.ensure_topics()
         queues = set(await self.broker.queues(topic))  # unknown topic: 404 before anything
+        messages = list(messages)
         now = now_ms()
         results = [ProduceResult() for _ in messages]
         delayed: dict[int, Delayed] = {}
@@ -159,6 +161,10 @@ class DelayService:
                                            error=f"topic {topic!r} has no partition {m.queue}")
                 continue
             delayed[i] = Delayed(self.ids.new(due, topic), due)
+            if self.native:  # the broker holds it until its due time (RocketMQ 5 timers)
+                at_once.append(i)
+                messages[i] = replace(m, deliver_at=due)
+                continue
             level = self.wheel.level_for(due - now)
             if level is None:
                 soon.append(i)
@@ -201,7 +207,9 @@ class DelayService:
         """Records due within the smallest level: written to their topic at their due time,
         and marked delivered (a cancel after this answers "already delivered")."""
         await sleep_until(max(d.deliver_at for _, _, d in items))
-        res = await produce(self.broker, topic, [m for _, m, _ in items])
+        res = await produce(self.broker, topic, [
+            OutgoingMessage(m.value, m.key, [*m.headers, (H_DUE, str(d.deliver_at).encode())],
+                            m.queue, m.timestamp) for _, m, d in items])
         marks: list[tuple[str, int]] = []
         for (i, _, d), r in zip(items, res.results, strict=True):
             if r.error_code:

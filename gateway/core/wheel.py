@@ -11,7 +11,7 @@ hops; a delay longer than the top level loops on it, so there is no maximum.
 
 With the default levels (1-9 x 100 ms, 1 s, 10 s, 100 s, 1000 s: 45 topics, the top 2.5 h) a
 record makes at most one hop per decimal digit of its delay in 100 ms units, plus one loop per
-2.5 h beyond that: 30 s takes at most 3 hops, a day 15, two years about 7,000 (one every 2.5 h,
+2.5 h beyond that: 30 s takes at most 3 hops, a day 11, two years about 7,000 (one every 2.5 h,
 a few bytes each).
 
 A remainder shorter than the smallest level is waited out in memory by whoever holds the record
@@ -28,7 +28,8 @@ from ..config import parse_duration
 #: 1-9 x 100 ms, 1 s, 10 s, 100 s and 1000 s.
 DEFAULT_LEVELS_MS: tuple[int, ...] = tuple(d * 10 ** k for k in range(2, 7) for d in range(1, 10))
 
-# Headers a record carries while it is in the wheel; removed when it reaches its topic.
+# Headers a record carries while it is in the wheel; removed when it reaches its topic, but for
+# H_DUE: a delivered record says when it was due (consumers can tell how late it came).
 H_TOPIC = "mqgw-delay-topic"
 H_DUE = "mqgw-delay-due"
 H_HOP_DUE = "mqgw-delay-hop-due"
@@ -36,6 +37,8 @@ H_ID = "mqgw-delay-id"
 H_PARTITION = "mqgw-delay-partition"
 H_TIMESTAMP = "mqgw-delay-timestamp"
 WHEEL_HEADERS = frozenset({H_TOPIC, H_DUE, H_HOP_DUE, H_ID, H_PARTITION, H_TIMESTAMP})
+#: Removed on delivery.
+INTERNAL_HEADERS = WHEEL_HEADERS - {H_DUE}
 
 
 def parse_levels(spec: str) -> tuple[int, ...]:
@@ -87,12 +90,15 @@ class Wheel:
             return max(hop_due, due)
         return hop_due + min(slack_ms, due - hop_due - self.smallest)
 
-    def plan(self, delay_ms: int) -> list[int]:
-        """The levels a record delayed by ``delay_ms`` passes through when every hop is on time
-        (the tests check the arithmetic with it, from 1 ms to years, without waiting)."""
+    def plan(self, delay_ms: int) -> tuple[int, list[int]]:
+        """The hops of a record delayed by ``delay_ms`` when every hop is on time: how many
+        loops on the top level, then the levels after them (the tests check the arithmetic with
+        it, from 1 ms to years, without waiting)."""
+        top = self.levels[-1]
+        loops = max(0, delay_ms // top - 1)  # the last top-level hop is in the list
         hops: list[int] = []
-        remaining = delay_ms
+        remaining = delay_ms - loops * top
         while (level := self.level_for(remaining)) is not None:
             hops.append(level)
             remaining -= level
-        return hops
+        return loops, hops

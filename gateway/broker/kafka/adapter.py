@@ -47,8 +47,9 @@ _LEADER_CHANGE = {KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PAR
                   KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
                   KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.REQUEST_TIMED_OUT,
                   KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
-#: Pauses before asking a group's coordinator again while it is being elected or loaded.
-_COORDINATOR_RETRY_S = (0.1, 0.3, 0.6, 1.0, 2.0)
+#: Pauses before asking a group's coordinator again while it is being elected or loaded (~8 s in
+#: all: a new cluster creates __consumer_offsets, 50 partitions, on the first group request).
+_COORDINATOR_RETRY_S = (0.1, 0.3, 0.6, 1.0, 2.0, 2.0, 2.0)
 _COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                        KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT,
                        KafkaError.REQUEST_TIMED_OUT}

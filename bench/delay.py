@@ -1,0 +1,65 @@
+"""The delayed-produce phase's second half: how late the relay delivered (run.py ``delay``).
+
+The phase produces records with random delays through the gateway (loadgen, ``max_delay_ms``);
+this module then waits until the last of them is due, reads the target topic with a raw
+consumer, and compares each record's broker timestamp (when the relay wrote it) with its
+``mqgw-delay-due`` header (when it was due). Delivered records per second are counted over
+the span in which they were due.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+#: The bench gateway's wheel: the default decades scaled down by 60 (an hour becomes a minute),
+#: so that delays "up to an hour" go through the same number of levels in a minute or less.
+LEVELS = ("100ms,200ms,300ms,400ms,500ms,600ms,700ms,800ms,900ms,"
+          "1s,2s,3s,4s,5s,6s,7s,8s,9s,10s,20s,30s")
+TOPIC_PREFIX = "bench.delay."
+DUE = "mqgw-delay-due"
+
+
+def env() -> dict[str, str]:
+    """Gateway settings for the phase (the relay runs in every worker, as by default)."""
+    return {"MQGW_DELAY_LEVELS": LEVELS, "MQGW_DELAY_TOPIC_PREFIX": TOPIC_PREFIX,
+            "MQGW_DELAY_PARTITIONS": "4"}
+
+
+def lateness(bootstrap: str, topic: str, partitions: int, expected: int,
+             timeout_s: float) -> dict[str, Any]:
+    """Read ``topic`` from the start until ``expected`` delayed records (or ``timeout_s``)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-delay-reader",
+                  "enable.auto.commit": False, "fetch.queue.backoff.ms": 0,
+                  "enable.partition.eof": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    late: list[int] = []
+    dues: list[int] = []
+    early = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(late) < expected and time.monotonic() < deadline:
+            for m in c.consume(10_000, 0.5):
+                if m.error():
+                    continue
+                due = next((int(v) for k, v in (m.headers() or []) if k == DUE), None)
+                if due is None:
+                    continue
+                ts = m.timestamp()[1]
+                late.append(ts - due)
+                dues.append(due)
+                early += ts < due
+    finally:
+        c.close()
+    late.sort()
+
+    def q(p: float) -> int | None:
+        return late[min(len(late) - 1, int(len(late) * p))] if late else None
+
+    span_s = (max(dues) - min(dues)) / 1000 if len(dues) > 1 else 0
+    return {"delivered": len(late), "expected": expected, "early": early,
+            "lateness_ms": {"p50": q(0.5), "p99": q(0.99), "max": late[-1] if late else None},
+            "due_span_s": round(span_s, 1),
+            "delivered_per_s": round(len(late) / span_s) if span_s else None}
