@@ -168,6 +168,13 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
+    def shutdown(self) -> None:
+        """A graceful stop: a response completed this very turn still goes out before the close."""
+        corked = getattr(self, "_corked", None)
+        if corked is not None:
+            corked.flush()
+        super().shutdown()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         if self.parser is None and self not in self.connections:
