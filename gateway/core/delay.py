@@ -17,8 +17,10 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import logging
 import os
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -38,6 +40,10 @@ from .wheel import (
     parse_levels,
 )
 
+log = logging.getLogger("mqgw.delay")
+
+#: After the level topics could not be made, ask the broker again this much later.
+ENSURE_RETRY_S = 10.0
 _MAC_BYTES = 12
 _HEAD = struct.Struct(">Q6s")  # due ms, random
 
@@ -118,18 +124,31 @@ class DelayService:
         self.poke = poke
         self.native = Capability.DELAYED_DELIVERY in broker.capabilities
         self._ready: asyncio.Future[None] | None = None
+        self._failed_at = 0.0
 
     async def ensure_topics(self) -> None:
         """Create the level topics that are missing (once per process; retried after a
         failure, e.g. while the broker is down)."""
         if self.native:
             return
-        if self._ready is None or (self._ready.done() and self._ready.exception() is not None):
+        failed = self._ready is not None and self._ready.done() and not self._ready.cancelled() \
+            and self._ready.exception() is not None
+        if self._ready is None or (failed and time.monotonic() - self._failed_at >= ENSURE_RETRY_S) \
+                or (self._ready.done() and self._ready.cancelled()):
             self._ready = asyncio.ensure_future(self.broker.ensure_topics(
                 dict.fromkeys(self.wheel.topics(), self.settings.delay_partitions)))
-            # retrieved here, so a failure nobody awaits any more (shutdown) is not logged as lost
-            self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
-        await asyncio.shield(self._ready)
+            self._ready.add_done_callback(self._ensured)
+        await asyncio.shield(self._ready)  # a recent failure is raised again, not retried
+
+    def _ensured(self, f: asyncio.Future[None]) -> None:
+        """Log a failure once per attempt (relays and produce requests all wait on one)."""
+        if f.cancelled() or f.exception() is None:
+            return
+        self._failed_at = time.monotonic()
+        log.error("delay level topics (%s*) could not be checked or created: %s; delayed "
+                  "records are refused (503) and retried in %.0f s. The gateway's Kafka user "
+                  "needs Describe and Create on them.", self.settings.delay_topic_prefix,
+                  f.exception(), ENSURE_RETRY_S)
 
     async def close(self) -> None:
         if self._ready is not None and not self._ready.done():

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ..broker import Broker, OutgoingMessage, Record, UnknownTopic
+from ..broker import Broker, BrokerUnavailable, OutgoingMessage, Record, UnknownTopic
 from ..config import Settings, node_id
 from ..store import Lock, NoQueue, OffsetStore, Settled, now_ms
 from .delay import DelayService, note_written, sleep_until
@@ -144,10 +144,6 @@ class Relay:
         event = self._events[topic]
         draining: dict[str, asyncio.Task[None]] = {}
         try:
-            await self.delay.ensure_topics()
-        except Exception as e:  # noqa: BLE001 - retried below, on every round
-            log.warning("delay level topics not ready: %r", e)
-        try:
             while True:
                 wait_s = IDLE_S
                 try:
@@ -187,9 +183,9 @@ class Relay:
 
     async def _choose(self, topic: str, skip: set[str]) -> Lock | NoQueue | None:
         try:
-            await self.delay.ensure_topics()
+            await self.delay.ensure_topics()  # logs its own failures, once per attempt
             wm = await self.levels_wm.get(topic)
-        except UnknownTopic:
+        except (UnknownTopic, BrokerUnavailable):
             return None
         chosen = await self.store.choose(
             RELAY_GROUP, "", topic, wm, address=self.address,
