@@ -127,6 +127,21 @@ class Settings:
     #: Records a relay reads from a level queue at once.
     relay_batch: int = 500
 
+    #: Retries (core/retry.py): a failed record waits in the wheel, then goes to its consumer's
+    #: retry topic ``<prefix><consumer>.<topic>.<digest>``, served by /message beside the topic.
+    retry_topic_prefix: str = "mqgw.retry."
+    #: Partitions of each retry and dead-letter topic the gateway makes.
+    retry_partitions: int = 4
+    #: Where a consumer's records go after their last attempt when its retry policy names no
+    #: dead-letter topic: ``<prefix><consumer>``.
+    dead_letter_prefix: str = "mqgw.dead."
+    #: The retry policy of a consumer that has none: attempts in all (the first delivery
+    #: included), and the delay before attempt n+1: initial x multiplier^(n-1), at most max.
+    retry_max_attempts: int = 5
+    retry_initial_delay_ms: int = 1_000
+    retry_multiplier: float = 2.0
+    retry_max_delay_ms: int = 600_000
+
     @classmethod
     def load(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
@@ -175,6 +190,8 @@ def _convert(name: str, kind: Any, raw: Any) -> Any:
         if text not in _BOOLS:
             raise ValueError(f"{name} must be true or false, not {raw!r}")
         return _BOOLS[text]
+    if kind in ("float", float):
+        return float(raw)
     return int(raw) if kind in ("int", int) else str(raw)
 
 

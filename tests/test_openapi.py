@@ -721,6 +721,64 @@ def test_delayed_produce_and_cancel(node_factory: Callable[..., Node], make_topi
     done()
 
 
+def test_nack_retries_and_dead_letters(node_factory: Callable[..., Node],
+                                       make_topic: Callable[..., str],
+                                       done: Callable[[], None]) -> None:
+    topic = make_topic(1)
+    tag = unique("oa")
+    node = node_factory(relay="true", delay_levels="100ms,1s", delay_partitions=1,
+                        delay_topic_prefix=f"{tag}.d.", retry_topic_prefix=f"{tag}.r.",
+                        dead_letter_prefix=f"{tag}.dead.", retry_partitions=1)
+    api = Api([node.url])
+    group = unique("nack")
+    try:
+        call(api, "PATCH", f"/admin/consumers/{group}", "/admin/consumers/{group}", 200,
+             json={"retry": {"delaysMs": [100], "maxAttempts": 2}})
+        fetch(api, consumer=group, topic=topic)
+        produce(api, {"topic": topic, "messages": [{"value": "x"}, {"value": "y"}]})
+        b = fetch(api, consumer=group, topic=topic, wait_ms=5000)
+        assert len(b["messages"]) == 2 and {m["attempt"] for m in b["messages"]} == {1}
+        first = b["messages"][0]["offset"]
+        call(api, "POST", "/nack", status=400, code="invalid_failed",
+             json={"requestId": b["requestId"], "failed": [first + 2]})
+        call(api, "POST", "/ack", status=400, code="invalid_failed",
+             json={"requestId": b["requestId"], "failed": ["x"]})
+        ack = {"requestId": b["requestId"], "failed": [{"offset": first, "delayMs": 0}]}
+        check_request_body(ack, "/ack", "post")
+        out = call(api, "POST", "/ack", status=200, json=ack)
+        assert out["result"] == "committed" and out["retried"][0]["attempt"] == 2
+        again = fetch(api, consumer=group, topic=topic, wait_ms=5000)
+        assert [m["value"] for m in again["messages"]] == ["x"] and "retryTopic" in again
+        assert again["messages"][0]["attempt"] == 2
+        nack = {"requestId": again["requestId"], "delayMs": 0}
+        check_request_body(nack, "/nack", "post")
+        out = call(api, "POST", "/nack", status=200, json=nack)
+        assert out["retried"] == [] and out["deadLettered"] == [again["messages"][0]["offset"]]
+        out = call(api, "POST", "/nack", status=200, json=nack)
+        assert out["result"] == "already_committed" and "retried" not in out
+        tmpl = "/admin/consumers/{group}/dead-letters"
+        check_query({"limit": 5}, tmpl, "get")
+        page = call(api, "GET", f"/admin/consumers/{group}/dead-letters?limit=5", tmpl, 200)
+        assert page["count"] == 1 and page["messages"][0]["value"] == "x"
+        call(api, "GET", f"/admin/consumers/{group}/dead-letters?partition=7", tmpl, 400,
+             "invalid_partition")
+        call(api, "GET", f"/admin/consumers/{group}/dead-letters?nope=1", tmpl, 400,
+             "unknown_parameter")
+        tmpl += "/redrive"
+        call(api, "POST", f"/admin/consumers/{group}/dead-letters/redrive", tmpl, 400,
+             "invalid_limit", json={"limit": 0})
+        body = {"target": "consumer", "limit": 10}
+        check_request_body(body, tmpl, "post")
+        out = call(api, "POST", f"/admin/consumers/{group}/dead-letters/redrive", tmpl, 200,
+                   json=body)
+        assert out["redriven"] == 1
+        back = fetch(api, consumer=group, topic=topic, wait_ms=5000)
+        assert [(m["value"], m["attempt"]) for m in back["messages"]] == [("x", 1)]
+    finally:
+        api.http.close()
+    done()
+
+
 def test_admin_consumer_registry(api: Api, make_topic: Callable[..., str], other_topic: str,
                                  done: Callable[[], None]) -> None:
     """Register, replace, patch, list and unregister consumers; registered ones are held to their

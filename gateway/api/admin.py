@@ -18,6 +18,7 @@ from ..core.names import check_name
 from ..ops import backlog
 from ..store import now_ms
 from .access import route
+from .numbers import query_int
 from .registry_wire import (
     check_names,
     consumer_body,
@@ -28,7 +29,7 @@ from .registry_wire import (
     registration_fields,
 )
 from .routes import JSON, api_credential, check_query, read_json
-from .wire import key_body, reset_body, reset_request
+from .wire import dead_page_body, key_body, redrive_request, reset_body, reset_request
 
 
 def _gw(request: Request) -> Any:
@@ -101,6 +102,55 @@ async def reset_route(request: Request) -> Response:
     result = await reset_offsets.reset(gw.store, gw.broker, group, req, cfg, gw.settings.client_idle_ms,
                                        gw.checkpoints)
     return JSON(reset_body(result))
+
+
+# -- dead letters ----------------------------------------------------------------------------
+_DEAD_PARAMS = frozenset({"limit", "partition", "offset", "encoding"})
+_REDRIVE_FIELDS = frozenset({"partition", "toOffset", "limit", "target"})
+
+
+def _query_number(request: Request, name: str, default: int | None, lo: int, hi: int) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    n = query_int(raw)
+    if n is None or not lo <= n <= hi:
+        raise bad_request(f"invalid_{name}", f"{name} must be an integer from {lo} to {hi}",
+                          parameter=name, min=lo, max=hi)
+    return n
+
+
+async def dead_letters_route(request: Request) -> Response:
+    """GET: count, age and a page of the consumer's dead letters not yet redriven."""
+    gw = await _admin(request)
+    group = check_name(request.path_params["group"], "consumer")
+    check_query(request, _DEAD_PARAMS)
+    await gw.registry.require_known(group)
+    encoding = request.query_params.get("encoding", "utf8")
+    if encoding not in ("utf8", "base64"):
+        raise bad_request("invalid_encoding", "encoding must be 'utf8' or 'base64'")
+    partition = request.query_params.get("partition")
+    if partition is not None and query_int(partition) is None:
+        raise bad_request("invalid_partition", "partition must be an integer")
+    page = await gw.dead_letters.page(
+        group, _query_number(request, "limit", 20, 0, 1000), partition,
+        _query_number(request, "offset", None, 0, 2**63 - 1))
+    return JSON(dead_page_body(page, encoding))
+
+
+async def redrive_route(request: Request) -> Response:
+    """POST: send the oldest dead letters not yet redriven back, all or a range."""
+    gw = await _admin(request)
+    group = check_name(request.path_params["group"], "consumer")
+    body = await read_json(request, gw.settings.max_body_bytes)
+    if not isinstance(body, dict):
+        raise bad_request("invalid_body", "request body must be a JSON object")
+    check_query(request, _REDRIVE_FIELDS, body=body)
+    await gw.registry.require_known(group)
+    target, partition, to_offset, limit = redrive_request(body)
+    moved = await gw.dead_letters.redrive(group, target, partition, to_offset, limit)
+    return JSON({"consumer": group, "deadLetterTopic": await gw.dead_letters.topic_of(group),
+                 "target": target.value, "redriven": moved})
 
 
 # -- producers -------------------------------------------------------------------------------
@@ -177,6 +227,8 @@ admin_routes = [
     route("/admin/consumers/{group}/pause", pause_route, methods=["POST"]),
     route("/admin/consumers/{group}/resume", pause_route, methods=["POST"]),
     route("/admin/consumers/{group}/reset", reset_route, methods=["POST"]),
+    route("/admin/consumers/{group}/dead-letters", dead_letters_route, methods=["GET"]),
+    route("/admin/consumers/{group}/dead-letters/redrive", redrive_route, methods=["POST"]),
     route("/admin/producers", producers_route, methods=["GET"]),
     route("/admin/producers/{name}", producer_route, methods=["GET", "PUT", "DELETE"]),
     route("/admin/keys", keys_route, methods=["GET", "POST"]),

@@ -25,8 +25,10 @@ from ..config import DEV_HMAC_KEY, Settings, node_id
 from ..core.auth import Authorizer, KeyStore
 from ..core.checkpoint import Checkpoints
 from ..core.consume import ConsumeService
+from ..core.deadletters import DeadLetters
 from ..core.delay import DelayService
 from ..core.errors import DomainError
+from ..core.nack import NackService
 from ..core.produce import ProduceGate
 from ..core.registry import Registry
 from ..core.relay import Relay
@@ -57,6 +59,8 @@ class Gateway:
     checkpoints: Checkpoints
     produce_gate: ProduceGate
     delay: DelayService
+    nack: NackService
+    dead_letters: DeadLetters
     relay: Relay | None = None  # None: this process does not relay (``relay = false``)
     alerts: AlertMonitor | None = None  # backlog alerts: set and started in lifespan
 
@@ -99,8 +103,9 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
         if relay is not None:
             delay.poke = relay.poke
             relay.start()
+        nack = NackService(settings, store, b, consume, delay)
         app.state.gw = Gateway(settings, store, b, consume, spec, registry, keys, auth, checkpoints,
-                               gate, delay, relay)
+                               gate, delay, nack, DeadLetters(settings, store, b, wm), relay)
         listener = asyncio.create_task(gate.listen(f"{node_id()}:{uuid.uuid4().hex[:8]}"),
                                        name="mqgw-registry-changes")
         alerts = app.state.gw.alerts = AlertMonitor(app.state.gw)

@@ -22,7 +22,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "maxBatch": ("max_batch",), "start": ("start",), "paused": ("paused",),
     "rateLimit": ("rate", "burst"),
     "retry": ("retry_max_attempts", "retry_initial_delay_ms", "retry_multiplier",
-              "retry_max_delay_ms", "retry_dead_letter_topic"),
+              "retry_max_delay_ms", "retry_delays_ms", "retry_dead_letter_topic"),
     "alerts": ("alert_backlog", "alert_age_ms"),
 }
 _RETRY = {"maxAttempts": ("retry_max_attempts", 1, 1000),
@@ -49,6 +49,15 @@ def _topics(v: Any) -> list[str]:
     if not isinstance(v, list) or not v:
         raise bad_request("invalid_topics", "topics must be a non-empty array of topic names")
     return sorted({check_topic(t) for t in v})
+
+
+def _delays(v: Any) -> str | None:
+    """``retry.delaysMs``: the delay before each retry (seed 001's schedule), stored as a list."""
+    if v is None:
+        return None
+    if not isinstance(v, list) or not 1 <= len(v) <= 100:
+        raise bad_request("invalid_retry", "retry.delaysMs must be an array of 1-100 delays (ms)")
+    return ",".join(str(_number(d, "invalid_retry", "retry.delaysMs[]", 0, 2**40)) for d in v)
 
 
 def consumer_fields(body: dict[str, Any]) -> dict[str, str | None]:
@@ -91,11 +100,13 @@ def consumer_fields(body: dict[str, Any]) -> dict[str, str | None]:
                             if v.get("burst") is not None else None)
         elif name == "retry":
             v = _object(value, "retry")
-            if set(v) - set(_RETRY) - {"deadLetterTopic"}:
-                raise bad_request("unknown_field", f"retry takes {', '.join([*_RETRY, 'deadLetterTopic'])}")
+            if set(v) - set(_RETRY) - {"delaysMs", "deadLetterTopic"}:
+                raise bad_request("unknown_field", "retry takes "
+                                  f"{', '.join([*_RETRY, 'delaysMs', 'deadLetterTopic'])}")
             for k, (f, lo, hi) in _RETRY.items():
                 out[f] = str(_number(v[k], "invalid_retry", f"retry.{k}", lo, hi,
                                      integer=k != "multiplier")) if v.get(k) is not None else None
+            out["retry_delays_ms"] = _delays(v.get("delaysMs"))
             dlq = v.get("deadLetterTopic")
             out["retry_dead_letter_topic"] = check_topic(dlq) if dlq is not None else None
         elif name == "alerts":
@@ -116,6 +127,8 @@ def consumer_view(group: str, cfg: dict[str, str], settings: Settings) -> dict[s
     rate = float(cfg["rate"]) if cfg.get("rate") else None
     retry: dict[str, Any] = {k: (float(cfg[f]) if k == "multiplier" else int(cfg[f]))
              for k, (f, _, _) in _RETRY.items() if cfg.get(f)}
+    if cfg.get("retry_delays_ms"):
+        retry["delaysMs"] = [int(d) for d in cfg["retry_delays_ms"].split(",")]
     if cfg.get("retry_dead_letter_topic"):
         retry["deadLetterTopic"] = cfg["retry_dead_letter_topic"]
     alerts = {k: int(cfg[f]) for k, (f, _, _) in _ALERTS.items() if cfg.get(f)}

@@ -19,11 +19,20 @@ from ..core.names import check_name, check_topic
 from ..core.produce import produce
 from ..core.views import queue_rows
 from ..ops import metrics
-from ..store import AckOutcome, Credential, UnlockOutcome, now_ms
+from ..store import AckOutcome, AckResult, Credential, UnlockOutcome, now_ms
 from .access import route
 from .errors import ApiError
 from .numbers import json_int, query_int
-from .wire import ack_body, cancelled_body, fetched_body, parse_produce, produced_body
+from .wire import (
+    ack_body,
+    cancelled_body,
+    failed_body,
+    fetched_body,
+    parse_delay_ms,
+    parse_failed,
+    parse_produce,
+    produced_body,
+)
 
 
 class JSON(Response):
@@ -64,6 +73,8 @@ async def read_json(request: Request, limit: int, required: bool = False) -> Any
 #: (``maxx=5``) would otherwise lock a queue with the default batch size.
 FETCH_PARAMS = frozenset({"consumer", "topic", "clientId", "max", "wait_ms", "encoding", "requestId"})
 BATCH_PARAMS = frozenset({"requestId"})
+ACK_PARAMS = frozenset({"requestId", "failed"})
+NACK_PARAMS = frozenset({"requestId", "failed", "delayMs"})
 
 
 def check_query(request: Request, known: frozenset[str], lists: frozenset[str] = frozenset(),
@@ -223,7 +234,10 @@ async def message_route(request: Request) -> Response:
 
 
 async def _request_id(request: Request) -> str:
-    p = await _params(request, BATCH_PARAMS)
+    return _rid(await _params(request, BATCH_PARAMS))
+
+
+def _rid(p: Params) -> str:
     rid = p.get("requestId")
     if rid is None or rid == "":
         raise bad_request("missing_request_id", "requestId is required")
@@ -232,16 +246,37 @@ async def _request_id(request: Request) -> str:
     return rid
 
 
-async def ack_route(request: Request) -> Response:
-    gw = _state(request)
-    credential = api_credential(request)
-    r = await gw.consume.ack(await _request_id(request), credential)  # counted by on_ack
-    body = ack_body(r)
+def _ack_response(r: AckResult, body: dict[str, Any]) -> Response:
     status = _ACK_STATUS[r.result]
     if status != 200:
         body["error"] = {"code": r.result.value if r.result is not AckOutcome.UNKNOWN
                          else "unknown_queue", "message": body["message"]}
     return JSON(body, status_code=status)
+
+
+async def ack_route(request: Request) -> Response:
+    """POST /ack; with ``failed`` (offsets of the batch that failed) it is a partial nack."""
+    gw = _state(request)
+    credential = api_credential(request)
+    p = await _params(request, ACK_PARAMS)
+    failed = parse_failed(p.body.get("failed"))
+    if failed:
+        f = await gw.nack.fail(_rid(p), failed, credential)  # the commit is counted by on_ack
+        return _ack_response(f.ack, failed_body(f))
+    r = await gw.consume.ack(_rid(p), credential)  # counted by on_ack
+    return _ack_response(r, ack_body(r))
+
+
+async def nack_route(request: Request) -> Response:
+    """POST /nack: the batch (or its ``failed`` offsets) failed; retried after ``delayMs`` or
+    the consumer's retry policy, then dead-lettered; the batch is committed."""
+    gw = _state(request)
+    credential = api_credential(request)
+    p = await _params(request, NACK_PARAMS)
+    failed = parse_failed(p.body.get("failed"))
+    delay = parse_delay_ms(p.body.get("delayMs"))
+    f = await gw.nack.fail(_rid(p), failed, credential, delay)
+    return _ack_response(f.ack, failed_body(f))
 
 
 async def unlock_route(request: Request) -> Response:
@@ -321,6 +356,7 @@ data_routes = [
     route("/delayed/{delay_id}", cancel_delayed_route, methods=["DELETE"]),
     route("/message", message_route, methods=["GET", "POST"]),
     route("/ack", ack_route, methods=["POST"]),
+    route("/nack", nack_route, methods=["POST"]),
     route("/unlock", unlock_route, methods=["POST"]),
     # Matched in order, one regex each: the hot paths first, then the probes.
     route("/healthz", healthz, methods=["GET"]),

@@ -15,11 +15,14 @@ from typing import Any
 from ..broker import OutgoingMessage, Record
 from ..core.auth import KeyRecord
 from ..core.consume import Fetched, FetchStatus
+from ..core.deadletters import DeadPage, RedriveTarget
 from ..core.delay import Cancelled, Delayed
 from ..core.errors import TooLarge, bad_request
+from ..core.nack import Failed
 from ..core.names import check_name, check_topic
 from ..core.produce import Produced
 from ..core.reset import ResetRequest, ResetResult
+from ..core.retry import attempt_of
 from ..store import AckOutcome, AckResult
 from .numbers import json_int
 
@@ -209,6 +212,53 @@ _ACK_MESSAGE = {
 }
 
 
+def parse_failed(v: Any) -> dict[int, int | None] | None:
+    """``failed``: the offsets of a batch that failed, each an integer or ``{"offset": n,
+    "delayMs": ms}`` (its own wait before the retry); None when not given."""
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) > 100_000:
+        raise bad_request("invalid_failed", "failed must be an array of offsets or "
+                          "{offset, delayMs} objects")
+    out: dict[int, int | None] = {}
+    for item in v:
+        delay: int | None = None
+        if isinstance(item, dict):
+            if set(item) - {"offset", "delayMs"}:
+                raise bad_request("invalid_failed", "an item of failed takes offset and delayMs")
+            delay = parse_delay_ms(item.get("delayMs"), "failed[].delayMs")
+            item = item.get("offset")
+        offset = json_int(item)
+        if offset is None or offset < 0:
+            raise bad_request("invalid_failed", "failed[].offset must be a non-negative integer")
+        out[offset] = delay
+    return out
+
+
+def parse_delay_ms(v: Any, name: str = "delayMs") -> int | None:
+    """A retry's own wait (ms), 0 up to the year 9999; None when not given."""
+    if v is None:
+        return None
+    ms = json_int(v)
+    if ms is None or not 0 <= ms <= MAX_DUE:
+        raise bad_request("invalid_delay", f"{name} must be an integer number of milliseconds "
+                          f"from 0 to {MAX_DUE}")
+    return ms
+
+
+def failed_body(f: Failed) -> dict[str, Any]:
+    """A nack's (or an ack with failed offsets') answer: the ack's fields, and where each
+    failed record went."""
+    body = ack_body(f.ack)
+    if f.retry_topic or f.dead_letter_topic:
+        body["retried"] = [{"offset": r.offset, "attempt": r.attempt, "deliverAt": r.deliver_at}
+                           for r in f.retried]
+        body["deadLettered"] = f.dead
+        body["retryTopic"] = f.retry_topic
+        body["deadLetterTopic"] = f.dead_letter_topic
+    return body
+
+
 def ack_body(r: AckResult) -> dict[str, Any]:
     body: dict[str, Any] = {"result": r.result.value, "committedOffset": r.committed,
                             "message": _ACK_MESSAGE[r.result]}
@@ -229,8 +279,10 @@ def fetched_body(f: Fetched, broker: str, encoding: str) -> dict[str, Any]:
             "status": f.status.value, "requestId": b.request_id, "broker": broker,
             "topic": f.topic, "queue": b.queue, "offset": b.offset, "nextOffset": b.next_offset,
             "backlog": b.backlog, "redelivered": b.redelivered, "lockTimeoutMs": b.lock_timeout_ms,
-            "messages": encode_records(b.records, encoding),
+            "messages": encode_records(b.records, encoding, retried=b.topic != f.topic),
         }
+        if b.topic != f.topic:
+            body["retryTopic"] = b.topic
         if b.skipped is not None:
             body["skipped"] = {"from": b.skipped.start, "to": b.skipped.end,
                                "reason": b.skipped.reason.value}
@@ -239,8 +291,10 @@ def fetched_body(f: Fetched, broker: str, encoding: str) -> dict[str, Any]:
     return body
 
 
-def encode_records(records: list[Record], encoding: str) -> list[dict[str, Any]]:
-    """Records as JSON: UTF-8 text, or base64 per record when asked or when not valid UTF-8."""
+def encode_records(records: list[Record], encoding: str,
+                   retried: bool = False) -> list[dict[str, Any]]:
+    """Records as JSON: UTF-8 text, or base64 per record when asked or when not valid UTF-8.
+    ``attempt`` is 1 unless the records come from a retry topic (``retried``)."""
     out = []
     b64 = encoding == "base64"
     k: str | None
@@ -261,7 +315,7 @@ def encode_records(records: list[Record], encoding: str) -> list[dict[str, Any]]
             v = _b64(value)
             h = [[n, _b64(hv)] for n, hv in headers]
         out.append({"offset": r.offset, "timestamp": r.timestamp, "key": k, "value": v,
-                    "headers": h, "encoding": enc})
+                    "headers": h, "encoding": enc, "attempt": attempt_of(r) if retried else 1})
     return out
 
 
@@ -296,6 +350,49 @@ def reset_body(r: ResetResult) -> dict[str, Any]:
     return {"consumer": r.consumer, "topic": r.topic, "to": r.to, "moved": r.moved,
             "queues": [{"clientId": m.client_id, "queue": m.queue, "from": m.before, "to": m.after}
                        for m in r.queues]}
+
+
+def dead_page_body(p: DeadPage, encoding: str) -> dict[str, Any]:
+    records = encode_records([r for _, r in p.records], encoding, retried=True)
+    for (queue, _), out in zip(p.records, records, strict=True):
+        out["partition"] = int(queue) if queue.isdigit() else queue
+    return {
+        "consumer": p.consumer, "deadLetterTopic": p.topic, "exists": p.exists, "count": p.count,
+        "oldestMs": p.oldest_ms if p.oldest_ms >= 0 else None,
+        "partitions": [{"partition": int(q.queue) if q.queue.isdigit() else q.queue,
+                        "redrivenOffset": q.redriven, "endOffset": q.high, "count": q.count}
+                       for q in p.queues],
+        "messages": records,
+    }
+
+
+def redrive_request(body: dict[str, Any]) -> tuple[RedriveTarget, str | None, int | None,
+                                                   int | None]:
+    """(target, partition, toOffset, limit) of a redrive; all optional."""
+    try:
+        target = RedriveTarget(body.get("target") or "consumer")
+    except ValueError:
+        raise bad_request("invalid_target", "target must be 'consumer' (its retry topic) or "
+                          "'topic' (the topic it was produced to)") from None
+    partition: str | None = None
+    if body.get("partition") is not None:
+        n = json_int(body["partition"])
+        if n is None or n < 0:
+            raise bad_request("invalid_partition", "partition must be a non-negative integer")
+        partition = str(n)
+    to_offset = _count(body, "toOffset", "invalid_to_offset", 0)
+    limit = _count(body, "limit", "invalid_limit", 1)
+    return target, partition, to_offset, limit
+
+
+def _count(body: dict[str, Any], name: str, code: str, lo: int) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    n = json_int(v)
+    if n is None or n < lo:
+        raise bad_request(code, f"{name} must be an integer of at least {lo}")
+    return n
 
 
 def cancelled_body(c: Cancelled) -> dict[str, Any]:

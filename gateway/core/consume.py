@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from ..broker import Broker, BrokerUnavailable, Record, Skipped, UnknownTopic
@@ -36,6 +36,7 @@ from .auth import Authorizer
 from .checkpoint import Checkpoints
 from .errors import DomainError, Forbidden, Invalid, bad_request
 from .requestid import BatchRef, RequestIdCodec
+from .retry import retry_topic
 from .waiting import WaitRoom
 from .watermarks import Watermarks
 
@@ -84,6 +85,7 @@ class Batch:
     """Records read from one locked queue; ``request_id`` acks (or unlocks) them on any node."""
 
     request_id: str
+    topic: str  # the asked topic, or the consumer's retry topic for it
     queue: str
     offset: int  # the committed offset the batch starts at
     next_offset: int  # the committed offset after a successful ack
@@ -109,6 +111,19 @@ class Fetched:
         return len(self.batch.records) if self.batch else 0
 
 
+@dataclass(slots=True)
+class _Try:
+    """What one /message request learned while it looked at queues."""
+
+    p: FetchParams
+    skip: set[tuple[str, str]] = field(default_factory=set)  # (topic, queue): nothing readable
+    # queues this request took over from an expired lock: if the first read comes back empty
+    # and the queue is taken again later in the request, its batch is still a redelivery
+    taken_over: set[tuple[str, str]] = field(default_factory=set)
+    announced: bool = False
+    restored: int = 0
+
+
 class ConsumeService:
     def __init__(self, settings: Settings, store: OffsetStore, broker: Broker,
                  watermarks: Watermarks, codec: RequestIdCodec, authorizer: Authorizer,
@@ -126,6 +141,10 @@ class ConsumeService:
         self.codec = codec
         self.auth = authorizer
         self._seen: dict[str, int] = {}
+        #: Retry topics: (exists, when looked up) and, per (topic, consumer, clientId), the
+        #: watermark version at which choose found nothing to retry (see _serve_retry).
+        self._retry_known: dict[str, tuple[bool, float]] = {}
+        self._retry_idle: dict[tuple[str, str, str], int] = {}
         self.room = WaitRoom(self._highs, watermarks.refresh_s, IDLE_RECHECK_S)
 
     async def _highs(self, topic: str) -> dict[str, int]:
@@ -134,83 +153,145 @@ class ConsumeService:
     # -- /message -------------------------------------------------------------------------
     async def fetch(self, p: FetchParams) -> Fetched:
         acked: AckResult | None = None
+        retry = retry_topic(self.settings.retry_topic_prefix, p.group, p.topic, p.client_id)
         if p.ack_request_id:
-            ref = self._decode(p.ack_request_id)
-            if (ref.group, ref.client_id, ref.topic) != (p.group, p.client_id, p.topic):
+            ref = self.decode(p.ack_request_id)
+            if (ref.group, ref.client_id) != (p.group, p.client_id) or \
+                    ref.topic not in (p.topic, retry):
                 raise bad_request("request_id_mismatch",
                                   "requestId belongs to another consumer, clientId or topic")
-            acked = await self._ack(ref, p.credential, wake=False)  # its sender chooses next
-        announced = False
+            acked = await self.commit(ref, p.credential, wake=False)  # its sender chooses next
         loop = asyncio.get_running_loop()
         deadline = loop.time() + p.wait_ms / 1000
-        skip: set[str] = set()  # queues that had nothing readable during this request
-        # queues this request took over from an expired lock: if the first read comes back empty
-        # and the queue is taken again later in the request, its batch is still a redelivery
-        taken_over: set[str] = set()
+        t = _Try(p)
         key = (p.topic, p.group, p.client_id)
         waited = looked_again = False
-        restored = 0
         while True:
-            try:
-                wm = await self.wm.get(p.topic)
-            except UnknownTopic:
-                await self.auth.require_consume(p.credential, p.group)  # 401/403 before 404
-                raise
             version = self.wm.version(p.topic)
-            chosen = await self.store.choose(
-                p.group, p.client_id, p.topic, wm, address=p.address,
-                default_timeout_ms=self.settings.consume_timeout_ms,
-                default_start=self.settings.start_position,
-                client_idle_ms=self.settings.client_idle_ms, max_messages=p.max_messages,
-                open_mode=self.settings.open_mode, credential=p.credential, skip=skip,
-                restore=self.checkpoints is not None and self.checkpoints.enabled)
-            if isinstance(chosen, Refused):
-                raise await self._refused(chosen.reason, p)
-            if isinstance(chosen, NeedsRestore):
-                assert self.checkpoints is not None  # choose asks only when restores are on
-                restored += 1
-                if restored > 3:  # each restore marks the topic: only a Redis emptied again and
-                    raise BrokerUnavailable("offsets being restored")  # again gets here
-                await self.checkpoints.restore(p.group, p.topic)
-                self._seen.pop(p.group, None)  # Redis lost the seen list too: announce again
-                continue
-            if not announced:  # only names choose.lua accepted (key, registration) are listed
-                announced = True
-                try:
-                    await self._announce(p.group)
-                except BaseException:
-                    if isinstance(chosen, Lock):
-                        await asyncio.shield(self._give_back(p, chosen))
-                    raise
-            if isinstance(chosen, Paused):  # answered at once, never long-polled
-                return Fetched(FetchStatus.PAUSED, p.topic, ack=acked)
-            if isinstance(chosen, RateLimited):
-                return Fetched(FetchStatus.RATE_LIMITED, p.topic, ack=acked,
-                               retry_after_ms=chosen.retry_after_ms)
-            if isinstance(chosen, Lock):
-                if chosen.previous_lock_ms > 0:
-                    taken_over.add(chosen.queue)
-                batch = await self._pull(p, chosen, redelivered=chosen.queue in taken_over)
-                if batch is not None:
-                    if waited:  # woken polls pass the baton: there may be more work than counted
+            targets = [p.topic]
+            if await self._serve_retry(retry, p):
+                targets.insert(0, retry)  # due retries first: they waited long enough
+            nothing: list[NoQueue] = []
+            for topic in targets:
+                got = await self._try(t, topic)
+                if isinstance(got, Fetched):
+                    if got.batch is not None and waited:
+                        # woken polls pass the baton: there may be more work than counted
                         self.room.wake(key)
-                    return Fetched(FetchStatus.OK, p.topic, batch=batch, ack=acked)
-                skip.add(chosen.queue)  # nothing readable there right now: try the others first
-                continue
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return Fetched(FetchStatus.EMPTY, p.topic, ack=acked)
-            if self.wm.version(p.topic) != version and not looked_again:
-                looked_again = True  # records came during choose: look again, once, not in a loop
+                    return replace(got, ack=acked)
+                if got is None:  # a queue came back empty or offsets were restored: again
+                    break
+                nothing.append(got)
+                if topic == retry and got.wake_ms < 0:  # nothing to retry until records come
+                    self._retry_idle[(retry, p.group, p.client_id)] = self.wm.version(retry)
             else:
-                looked_again = False
-                if not await self.room.wait(key, remaining, self._recheck_s(chosen, bool(skip))):
-                    # The wait ran out and nothing woke it: nothing came that it could take (new
-                    # records, a freed queue and lock expiry all wake a waiter). No last choose:
-                    # it would cost every idle poll a second script per cycle.
+                remaining = deadline - loop.time()
+                if remaining <= 0:
                     return Fetched(FetchStatus.EMPTY, p.topic, ack=acked)
-                waited = True
-            skip.clear()
+                if self.wm.version(p.topic) != version and not looked_again:
+                    looked_again = True  # records came during choose: look again, once
+                else:
+                    looked_again = False
+                    wakes = [n.wake_ms for n in nothing if n.wake_ms >= 0]
+                    if not await self.room.wait(
+                            key, remaining, self._recheck_s(NoQueue(min(wakes, default=-1)),
+                                                            bool(t.skip)),
+                            also=retry if self._retry_known.get(retry, (False,))[0] else None):
+                        # The wait ran out and nothing woke it: nothing came that it could take
+                        # (new records, a freed queue and lock expiry all wake a waiter). No last
+                        # choose: it would cost every idle poll a second script per cycle.
+                        return Fetched(FetchStatus.EMPTY, p.topic, ack=acked)
+                    waited = True
+                t.skip.clear()
+
+    async def _serve_retry(self, retry: str, p: FetchParams) -> bool:
+        """Whether this poll should look at the consumer's retry topic: it exists (looked up at
+        most every :data:`IDLE_RECHECK_S` while it does not), and was not found with nothing to
+        retry since its records last changed. A consumer that never failed a record pays no
+        Redis call for it, and one with nothing to retry pays one per new retried record."""
+        now = asyncio.get_running_loop().time()
+        known = self._retry_known.get(retry)
+        if known is None or (not known[0] and now - known[1] >= IDLE_RECHECK_S):
+            try:
+                await self.wm.get(retry)
+                known = (True, now)
+            except UnknownTopic:
+                known = (False, now)
+            if len(self._retry_known) >= 100_000:  # a memo, not a registry
+                self._retry_known.clear()
+            self._retry_known[retry] = known
+        if not known[0]:
+            return False
+        idle = self._retry_idle.get((retry, p.group, p.client_id))
+        if idle is not None:
+            try:  # a cached read; refreshed in the background when stale, as for any topic
+                await self.wm.get(retry)
+            except UnknownTopic:
+                self._retry_known.pop(retry, None)
+                return False
+            if idle == self.wm.version(retry):
+                return False
+        self._retry_idle.pop((retry, p.group, p.client_id), None)
+        return True
+
+    def retry_topic_made(self, retry: str) -> None:
+        """This process just made (or wrote to) ``retry``: serve it from now on."""
+        self.wm.created(retry)
+        self._retry_known[retry] = (True, asyncio.get_running_loop().time())
+
+    async def _try(self, t: _Try, topic: str) -> Fetched | NoQueue | None:
+        """Choose, lock and read one queue of ``topic`` (the asked topic, or the consumer's retry
+        topic for it): a final answer, NoQueue, or None to look again at once."""
+        p = t.p
+        try:
+            wm = await self.wm.get(topic)
+        except UnknownTopic:
+            if topic != p.topic:  # the retry topic went away (deleted by an operator)
+                self._retry_known.pop(topic, None)
+                return NoQueue(-1)
+            await self.auth.require_consume(p.credential, p.group)  # 401/403 before 404
+            raise
+        chosen = await self.store.choose(
+            p.group, p.client_id, topic, wm, address=p.address,
+            default_timeout_ms=self.settings.consume_timeout_ms,
+            default_start=self.settings.start_position,
+            client_idle_ms=self.settings.client_idle_ms, max_messages=p.max_messages,
+            open_mode=self.settings.open_mode, credential=p.credential,
+            skip={q for tp, q in t.skip if tp == topic},
+            restore=self.checkpoints is not None and self.checkpoints.enabled,
+            registered_as=p.topic)
+        if isinstance(chosen, Refused):
+            raise await self._refused(chosen.reason, p)
+        if isinstance(chosen, NeedsRestore):
+            assert self.checkpoints is not None  # choose asks only when restores are on
+            t.restored += 1
+            if t.restored > 3:  # each restore marks the topic: only a Redis emptied again and
+                raise BrokerUnavailable("offsets being restored")  # again gets here
+            await self.checkpoints.restore(p.group, topic)
+            self._seen.pop(p.group, None)  # Redis lost the seen list too: announce again
+            return None
+        if not t.announced:  # only names choose.lua accepted (key, registration) are listed
+            t.announced = True
+            try:
+                await self._announce(p.group)
+            except BaseException:
+                if isinstance(chosen, Lock):
+                    await asyncio.shield(self._give_back(p, topic, chosen))
+                raise
+        if isinstance(chosen, Paused):  # answered at once, never long-polled
+            return Fetched(FetchStatus.PAUSED, p.topic)
+        if isinstance(chosen, RateLimited):
+            return Fetched(FetchStatus.RATE_LIMITED, p.topic, retry_after_ms=chosen.retry_after_ms)
+        if isinstance(chosen, Lock):
+            if chosen.previous_lock_ms > 0:
+                t.taken_over.add((topic, chosen.queue))
+            batch = await self._pull(p, topic, chosen,
+                                     redelivered=(topic, chosen.queue) in t.taken_over)
+            if batch is not None:
+                return Fetched(FetchStatus.OK, p.topic, batch=batch)
+            t.skip.add((topic, chosen.queue))  # nothing readable there now: try the others first
+            return None
+        return chosen
 
     async def _refused(self, reason: str, p: FetchParams) -> DomainError:
         if reason == "unauthorized":
@@ -235,46 +316,47 @@ class ConsumeService:
             return min(RECHECK_S, max(0.0, (none.wake_ms - now_ms()) / 1000) + 0.002)
         return RECHECK_S if skipped else IDLE_RECHECK_S
 
-    async def _give_back(self, p: FetchParams, lock: Lock) -> None:
-        await self.store.unlock(p.group, p.client_id, p.topic, lock.queue, lock.token)
+    async def _give_back(self, p: FetchParams, topic: str, lock: Lock) -> None:
+        await self.store.unlock(p.group, p.client_id, topic, lock.queue, lock.token)
         if lock.charged:
             await self.store.refund(p.group, lock.allowance)
 
-    async def _pull(self, p: FetchParams, lock: Lock, redelivered: bool) -> Batch | None:
+    async def _pull(self, p: FetchParams, topic: str, lock: Lock, redelivered: bool) -> Batch | None:
         """Read the locked queue; None (with the lock released or the skip committed) if empty."""
         start = lock.committed
+        fetched = now_ms()
         try:
-            res = await self.broker.fetch(p.topic, lock.queue, start, lock.allowance)
+            res = await self.broker.fetch(topic, lock.queue, start, lock.allowance)
         except BaseException:
             # The broker failed (or the client went away): free the queue for the next fetch now
             # rather than after the consume timeout, and give back the rate-limit tokens charged
             # for records nobody received (a broker blip must not turn into 429s afterwards).
-            await asyncio.shield(self._give_back(p, lock))
+            await asyncio.shield(self._give_back(p, topic, lock))
             raise
-        self.wm.observe(p.topic, lock.queue, res.high_watermark)
+        self.wm.observe(topic, lock.queue, res.high_watermark)
         if lock.charged and len(res.records) < lock.allowance:  # rare: a read came back short
             await self.store.refund(p.group, lock.allowance - len(res.records))
         if not res.records:
             if res.next_offset > start:  # nothing readable past a skip: move past it ourselves
-                await self.store.ack(p.group, p.client_id, p.topic, lock.queue, start,
+                await self.store.ack(p.group, p.client_id, topic, lock.queue, start,
                                      res.next_offset, lock.token,
                                      default_timeout_ms=self.settings.consume_timeout_ms,
                                      high_watermark=res.high_watermark)
             else:
-                await self.store.unlock(p.group, p.client_id, p.topic, lock.queue, lock.token,
+                await self.store.unlock(p.group, p.client_id, topic, lock.queue, lock.token,
                                         res.high_watermark)
             return None
-        ref = BatchRef(self.broker.name, p.group, p.client_id, p.topic, lock.queue, start,
-                       res.next_offset, lock.token, res.high_watermark)
+        ref = BatchRef(self.broker.name, p.group, p.client_id, topic, lock.queue, start,
+                       res.next_offset, lock.token, res.high_watermark, fetched)
         return Batch(
-            request_id=self.codec.encode(ref), queue=lock.queue, offset=start,
+            request_id=self.codec.encode(ref), topic=topic, queue=lock.queue, offset=start,
             next_offset=res.next_offset,
             backlog=max(lock.max_offset, res.high_watermark) - start,
             redelivered=redelivered, lock_timeout_ms=lock.timeout_ms, records=res.records,
             skipped=res.skipped)
 
     # -- /ack and /unlock -----------------------------------------------------------------
-    def _decode(self, request_id: str) -> BatchRef:
+    def decode(self, request_id: str) -> BatchRef:
         """Verify a requestId, and that it was handed out for this gateway's broker."""
         ref = self.codec.decode(request_id)
         if ref.broker != self.broker.name:
@@ -283,15 +365,20 @@ class ConsumeService:
         return ref
 
     async def ack(self, request_id: str, credential: Credential | None = None) -> AckResult:
-        return await self._ack(self._decode(request_id), credential)
+        return await self.commit(self.decode(request_id), credential)
 
-    async def _ack(self, ref: BatchRef, credential: Credential | None, wake: bool = True) -> AckResult:
+    async def commit(self, ref: BatchRef, credential: Credential | None, wake: bool = True,
+                     check_only: bool = False) -> AckResult:
+        """Ack the batch ``ref`` names (``check_only``: say what an ack would do, commit nothing)."""
         r = await self.store.ack(ref.group, ref.client_id, ref.topic, ref.queue, ref.offset,
                                  ref.next_offset, ref.token,
                                  default_timeout_ms=self.settings.consume_timeout_ms,
-                                 high_watermark=ref.high_watermark, credential=credential)
+                                 high_watermark=ref.high_watermark, credential=credential,
+                                 check_only=check_only)
         if r.result is AckOutcome.UNAUTHORIZED:
             raise await self.auth.consume_refused(credential, ref.group)
+        if check_only:
+            return r
         if self.on_ack is not None:
             self.on_ack(r)
         if wake and r.result is AckOutcome.COMMITTED:  # the queue is free, and may hold more
@@ -299,7 +386,7 @@ class ConsumeService:
         return r
 
     async def unlock(self, request_id: str, credential: Credential | None = None) -> UnlockResult:
-        ref = self._decode(request_id)
+        ref = self.decode(request_id)
         r = await self.store.unlock(ref.group, ref.client_id, ref.topic, ref.queue, ref.token,
                                     ref.high_watermark, credential)
         if r.result is UnlockOutcome.UNAUTHORIZED:

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 
 from .errors import Invalid, bad_request
 
-_VERSION = "1"
-_FIELDS = 10
+_VERSION = "2"
+#: Fields per version: "1" (before fetch times) is still read, so a batch fetched before an
+#: upgrade can be acked after it.
+_FIELDS = {"1": 10, "2": 11}
 _SEP = "\x1f"  # never valid in a group, clientId, topic or queue name
 _SIG_BYTES = 16
 
@@ -34,6 +36,7 @@ class BatchRef:
     next_offset: int  # committed offset after a successful ack
     token: int  # lock token of the fetch that produced the batch
     high_watermark: int = -1  # learned from the fetch; the ack raises the stored max offset to it
+    fetched_ms: int = 0  # when the batch was handed out (0: unknown); a nack keeps the first one
 
 
 _B64URL = re.compile(r"[A-Za-z0-9_-]+")
@@ -56,7 +59,8 @@ class RequestIdCodec:
     def encode(self, ref: BatchRef) -> str:
         payload = _SEP.join(
             (_VERSION, ref.broker, ref.group, ref.client_id, ref.topic, ref.queue,
-             str(ref.offset), str(ref.next_offset), str(ref.token), str(ref.high_watermark))
+             str(ref.offset), str(ref.next_offset), str(ref.token), str(ref.high_watermark),
+             str(ref.fetched_ms))
         ).encode()
         raw = payload + self._sign(payload)
         return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
@@ -75,17 +79,17 @@ class RequestIdCodec:
             raise _malformed("not canonical base64url")
         payload, sig = raw[:-_SIG_BYTES], raw[-_SIG_BYTES:]
         parts = payload.decode("utf-8", "replace").split(_SEP)
-        if len(raw) <= _SIG_BYTES or len(parts) != _FIELDS:  # the layout is public; the key is not
+        # the layout is public; the key is not
+        if len(raw) <= _SIG_BYTES or len(parts) != _FIELDS.get(parts[0], 11):
             raise _malformed("not one that /message handed out")
         if not hmac.compare_digest(sig, self._sign(payload)):
             raise bad_request("invalid_request_id", "requestId signature does not match: it was "
                               "altered, or signed with another gateway's key")
-        if parts[0] != _VERSION:
+        if parts[0] not in _FIELDS:
             raise bad_request("invalid_request_id", "requestId version is not supported")
         _, broker, group, client_id, topic, queue, *texts = parts
         numbers = [int(x) for x in texts if _INT.fullmatch(x)]
         if len(numbers) != len(texts) or not all(_INT64[0] <= n <= _INT64[1] for n in numbers):
             # signed with our key, yet not made by us: a leaked key, or a bug
             raise _malformed("its numbers are not 64-bit integers")
-        off, nxt, tok, hw = numbers
-        return BatchRef(broker, group, client_id, topic, queue, off, nxt, tok, hw)
+        return BatchRef(broker, group, client_id, topic, queue, *numbers)

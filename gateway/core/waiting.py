@@ -43,6 +43,7 @@ class _Line:
     waiters: deque[asyncio.Future[bool]] = field(default_factory=deque)
     timer: asyncio.TimerHandle | None = None
     due: float = 0.0  # loop time the timer fires at
+    also: set[str] = field(default_factory=set)  # other topics watched for this key
 
 
 def _expire(fut: asyncio.Future[bool]) -> None:
@@ -67,19 +68,26 @@ class WaitRoom:
         """How many polls wait here now (for metrics and tests)."""
         return sum(len(line.waiters) for line in self._lines.values())
 
-    async def wait(self, key: Key, timeout_s: float, recheck_s: float) -> bool:
+    async def wait(self, key: Key, timeout_s: float, recheck_s: float,
+                   also: str | None = None) -> bool:
         """Wait until woken (True), or ``timeout_s`` passes (False). ``recheck_s``: when this poll
         wants to re-run choose even if nothing is seen to change (only the oldest waiter of a key
-        gets to)."""
+        gets to). ``also``: another topic whose new records wake the key's waiters (the
+        consumer's retry topic)."""
         loop = asyncio.get_running_loop()
         line = self._lines.get(key)
         if line is None:
             line = self._lines[key] = _Line()
             self._by_topic.setdefault(key[0], set()).add(key)
+        if also is not None and also not in line.also:
+            line.also.add(also)
+            self._by_topic.setdefault(also, set()).add(key)
         fut: asyncio.Future[bool] = loop.create_future()
         line.waiters.append(fut)
         self._arm(key, line, loop.time() + recheck_s)
         self._watch(key[0])
+        if also is not None:
+            self._watch(also)
         expiry = loop.call_later(timeout_s, _expire, fut)
         try:
             return await fut
@@ -111,11 +119,12 @@ class WaitRoom:
                 line.timer.cancel()
             if self._lines.get(key) is line:
                 del self._lines[key]
-                keys = self._by_topic.get(key[0])
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del self._by_topic[key[0]]
+                for topic in (key[0], *line.also):
+                    keys = self._by_topic.get(topic)
+                    if keys is not None:
+                        keys.discard(key)
+                        if not keys:
+                            del self._by_topic[topic]
 
     def _arm(self, key: Key, line: _Line, at: float) -> None:
         """Make the key's re-check fire no later than ``at``."""

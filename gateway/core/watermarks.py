@@ -45,6 +45,10 @@ class Watermarks:
         self._topics: dict[str, _Entry] = {}
         self._unknown: dict[str, float] = {}
 
+    def created(self, topic: str) -> None:
+        """``topic`` was just made: forget that it was unknown a moment ago."""
+        self._unknown.pop(topic, None)
+
     def version(self, topic: str) -> int:
         e = self._topics.get(topic)
         return e.version if e else 0
@@ -147,5 +151,8 @@ class Watermarks:
 
 def _log_failure(fut: asyncio.Future[None]) -> None:
     """Background refreshes have no awaiting request; their failure is logged, and retried."""
-    if not fut.cancelled() and fut.exception() is not None:
+    # An unknown topic is the answer of the request that asked (404), or a consumer's retry
+    # topic that was never needed: not a failure.
+    if not fut.cancelled() and fut.exception() is not None \
+            and not isinstance(fut.exception(), UnknownTopic):
         log.warning("watermark refresh failed: %s", fut.exception())

@@ -186,16 +186,18 @@ class OffsetStore:
         skip: set[str] | frozenset[str] = frozenset(),
         restore: bool = False,
         now: int | None = None,
+        registered_as: str = "",
     ) -> Lock | NoQueue | Paused | Refused | RateLimited | NeedsRestore:
         """Check the caller, then lock the free queue with the largest backlog (ties: least
         recently used). ``credential`` None means auth is off. ``restore``: a cluster-mode
         queue with no committed offset answers :class:`NeedsRestore` until the checkpoint
-        was consulted for the topic."""
+        was consulted for the topic. ``registered_as``: the topic a registration must name, when
+        ``topic`` is the consumer's retry topic for it."""
         cred = credential or NO_CREDENTIAL
         args: list[Any] = [topic, now or now_ms(), default_timeout_ms, default_start, address,
                            client_id, client_idle_ms, f",{','.join(skip)}," if skip else "",
                            max_messages, int(open_mode), int(credential is not None),
-                           cred.key_id, cred.sha256, int(restore)]
+                           cred.key_id, cred.sha256, int(restore), registered_as or topic]
         for q, (lo, hi) in watermarks.items():
             args += (q, lo, hi)
         keys = [self.queues_key(group, client_id), self.config_key(group), self.clients_key(group),
@@ -237,13 +239,15 @@ class OffsetStore:
     async def ack(
         self, group: str, client_id: str, topic: str, queue: str, offset: int, next_offset: int,
         token: int, *, default_timeout_ms: int, high_watermark: int = -1,
-        credential: Credential | None = None, now: int | None = None,
+        credential: Credential | None = None, now: int | None = None, check_only: bool = False,
     ) -> AckResult:
+        """Commit the batch if its lock token and offsets still hold. ``check_only``: decide,
+        but commit nothing (``committed`` then means "an ack would commit now")."""
         cred = credential or NO_CREDENTIAL
         keys = [self.queues_key(group, client_id), self.config_key(group), self.grants_key(group)]
         args: list[str | int] = [f"{topic}:{queue}:", offset, next_offset, token, now or now_ms(),
                                  default_timeout_ms, high_watermark, int(credential is not None),
-                                 cred.key_id, cred.sha256]
+                                 cred.key_id, cred.sha256, int(check_only)]
         r = await self._ack(keys=keys, args=args)
         return AckResult(AckOutcome(text(r[0])), int(r[1]), text(r[2]))
 

@@ -6,6 +6,8 @@
 -- ARGV[1] field prefix 'topic:queue:'  ARGV[2] batch offset  ARGV[3] next offset  ARGV[4] lock token
 -- ARGV[5] now (ms)  ARGV[6] default consume timeout (ms)  ARGV[7] high watermark seen (-1 if none)
 -- ARGV[8] auth '1'|'0'  ARGV[9] key id  ARGV[10] key sha256 (hex)
+-- ARGV[11] '1': only check (a nack asks before it writes the failed records anywhere): the
+--          result is what an ack would do now, and nothing is committed
 -- Returns {result, committed offset, lock state} with result one of
 --   committed | already_committed | lock_lost | offset_reset | offset_mismatch | unknown | unauthorized
 -- ('offset_reset': an operator reset the queue after this batch was fetched; rtok is the lock
@@ -30,5 +32,6 @@ else
   local timeout = tonumber(redis.call('HGET', KEYS[2], 'consume_timeout_ms')) or tonumber(ARGV[6])
   if now - lock >= timeout then state = 'expired' end
 end
+if ARGV[11] == '1' then return {'committed', com, state} end
 redis.call('HSET', key, p .. 'com', nxt, p .. 'lock', 0, p .. 'acc', now)
 return {'committed', nxt, state}

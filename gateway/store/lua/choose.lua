@@ -8,7 +8,9 @@
 -- ARGV[10] open mode '1'|'0'  ARGV[11] auth '1'|'0'  ARGV[12] key id  ARGV[13] key sha256 (hex)
 -- ARGV[14] '1': a queue with no committed offset first asks for the broker's checkpoint (cluster
 --          mode, once per topic: the field  t:ckpt  marks it done; restore.lua sets it)
--- ARGV[15..] triples: queue id, low watermark, high watermark
+-- ARGV[15] the topic a registration must name: ARGV[1] itself, or for a consumer's retry topic
+--          the topic whose failures it holds
+-- ARGV[16..] triples: queue id, low watermark, high watermark
 --
 -- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr,
 -- and once per hash  poll  (the time of the last accepted /message).
@@ -32,7 +34,7 @@ if ARGV[11] == '1' and not granted(grants, ARGV[12], ARGV[13]) then return {3, '
 local cfg = redis.call('HMGET', cfgkey, 'consume_timeout_ms', 'start', 'paused', 'registered',
                        'topics', 'mode', 'max_batch', 'rate', 'burst')
 if cfg[4] == '1' then
-  if not string.find(cfg[5] or '', ',' .. topic .. ',', 1, true) then return {3, 'topic_not_allowed'} end
+  if not string.find(cfg[5] or '', ',' .. ARGV[15] .. ',', 1, true) then return {3, 'topic_not_allowed'} end
   if cfg[6] == 'broadcast' and client == '' then return {3, 'client_id_required'} end
   if cfg[6] == 'cluster' and client ~= '' then return {3, 'client_id_not_allowed'} end
 elseif ARGV[10] ~= '1' then
@@ -54,6 +56,9 @@ end
 if cfg[3] == '1' then return {2} end
 local timeout = tonumber(cfg[1]) or tonumber(ARGV[3])
 local start = cfg[2] or ARGV[4]
+-- A retry topic holds only records this consumer failed, written before its first read there:
+-- it is read from its beginning whatever the consumer's start is.
+if ARGV[15] ~= topic then start = 'earliest' end
 local allowance = tonumber(ARGV[9])
 if tonumber(cfg[7]) and tonumber(cfg[7]) < allowance then allowance = tonumber(cfg[7]) end
 
@@ -71,13 +76,13 @@ if rate and rate > 0 then
 end
 
 local skip = ARGV[8]
-local n = (#ARGV - 14) / 3
+local n = (#ARGV - 15) / 3
 local restore = ARGV[14] == '1' and client == ''
 local consulted = nil  -- read when first needed: the checkpoint marker of this topic
 if n == 0 then return {0, -1} end
 local names = {}
 for i = 0, n - 1 do
-  local p = topic .. ':' .. ARGV[15 + 3 * i] .. ':'
+  local p = topic .. ':' .. ARGV[16 + 3 * i] .. ':'
   names[4 * i + 1] = p .. 'max'
   names[4 * i + 2] = p .. 'com'
   names[4 * i + 3] = p .. 'lock'
@@ -89,8 +94,8 @@ local writes = {}
 local best, best_backlog, best_acc, best_com, best_max, best_lock = nil, 0, 0, 0, 0, 0
 local wake = -1
 for i = 0, n - 1 do
-  local q = ARGV[15 + 3 * i]
-  local lo, hi = tonumber(ARGV[16 + 3 * i]), tonumber(ARGV[17 + 3 * i])
+  local q = ARGV[16 + 3 * i]
+  local lo, hi = tonumber(ARGV[17 + 3 * i]), tonumber(ARGV[18 + 3 * i])
   local mx, com = tonumber(vals[4 * i + 1]), tonumber(vals[4 * i + 2])
   local lock, acc = tonumber(vals[4 * i + 3]) or 0, tonumber(vals[4 * i + 4]) or 0
   if mx == nil or hi > mx then
