@@ -1338,7 +1338,9 @@ def test_body_too_large(node_factory: Callable[..., Node], shared_topic: str, do
     try:
         big = {"topic": shared_topic, "value": "x" * 1000}
         cases = [("POST", "/produce", "/produce"), ("POST", "/message", "/message"), ("POST", "/ack", "/ack"),
-                 ("POST", "/unlock", "/unlock"), ("PUT", "/admin/consumers/g", "/admin/consumers/{group}"),
+                 ("POST", "/nack", "/nack"), ("POST", "/unlock", "/unlock"),
+                 ("POST", "/admin/consumers/g/dead-letters/redrive",
+                  "/admin/consumers/{group}/dead-letters/redrive"), ("PUT", "/admin/consumers/g", "/admin/consumers/{group}"),
                  ("PATCH", "/admin/consumers/g", "/admin/consumers/{group}"),
                  ("POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset"),
                  ("PUT", "/admin/producers/p", "/admin/producers/{name}"), ("POST", "/admin/keys", "/admin/keys")]
@@ -1390,6 +1392,7 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
             ("GET", "/message", "/message", {"params": {"consumer": "g", "topic": shared_topic}}),
             ("POST", "/message", "/message", {"json": {"consumer": "g", "topic": shared_topic}}),
             ("POST", "/ack", "/ack", {"json": {"requestId": rid}}),
+            ("POST", "/nack", "/nack", {"json": {"requestId": rid}}),
             ("POST", "/unlock", "/unlock", {"json": {"requestId": rid}}),
             ("POST", "/produce", "/produce", {"json": {"topic": shared_topic, "producer": "p", "value": "x"}}),
             ("DELETE", f"/delayed/{DelayIds(HMAC_KEY).new(2 ** 42, shared_topic)}?producer=p",
@@ -1405,6 +1408,9 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
             ("POST", "/admin/consumers/g/pause", "/admin/consumers/{group}/pause", {}),
             ("POST", "/admin/consumers/g/resume", "/admin/consumers/{group}/resume", {}),
             ("POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": reset}),
+            ("GET", "/admin/consumers/g/dead-letters", "/admin/consumers/{group}/dead-letters", {}),
+            ("POST", "/admin/consumers/g/dead-letters/redrive",
+             "/admin/consumers/{group}/dead-letters/redrive", {}),
             ("GET", "/admin/producers", "/admin/producers", {}),
             ("GET", "/admin/producers/p", "/admin/producers/{name}", {}),
             ("PUT", "/admin/producers/p", "/admin/producers/{name}", {"json": {"topics": [shared_topic]}}),

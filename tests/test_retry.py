@@ -7,6 +7,9 @@ gives its nodes level, retry and dead-letter topics of their own.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.core.retry import RetryPolicy, retry_topic
 from gateway.config import Settings
+from gateway.core.retry import RetryPolicy, retry_topic
 
 from .helpers import Node, start_node, unique
 from .test_delay import LEVELS
@@ -87,6 +90,14 @@ class Client:
         self.http.close()
 
 
+def _cli(node: Node, *args: str) -> Any:
+    """``mqgw admin`` against ``node``: its JSON answer."""
+    p = subprocess.run([sys.executable, "-m", "gateway", "admin", "--url", node.url, *args],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
 def _headers(m: dict[str, Any]) -> dict[str, str]:
     return {k: v for k, v in m["headers"]}
 
@@ -117,9 +128,8 @@ def test_retry_schedule_then_dead_letters_then_redrive(
     group = unique("sched")
     delays = [300, 700, 1200]
     try:
-        r = c.patch(f"/admin/consumers/{group}", json={"retry": {"delaysMs": delays}})
-        assert r.status_code == 200, r.text
-        assert r.json()["retry"] == {"delaysMs": delays}
+        out = _cli(nodes[0], "consumers", "set", group, "--retry-delays-ms", "300,700,1200")
+        assert out["retry"] == {"delaysMs": delays}
         assert c.get("/message", params={"topic": topic, "consumer": group}).status_code == 200
         r = c.post("/produce", json={"topic": topic, "messages": [
             {"value": v, "key": v, "headers": {"trace": v}} for v in "abc"]})
@@ -169,12 +179,11 @@ def test_retry_schedule_then_dead_letters_then_redrive(
         assert page["count"] == 3 and page["exists"] and page["oldestMs"] > 0, str(page)
         assert sorted(m["value"] for m in page["messages"]) == ["a", "b", "c"]
         assert {m["attempt"] for m in page["messages"]} == {4}
-        r = c.get(f"/admin/consumers/{group}/dead-letters", params={"limit": 1})
-        assert len(r.json()["messages"]) == 1 and r.json()["count"] == 3
+        page = _cli(nodes[1], "dead-letters", group, "--limit", "1")
+        assert len(page["messages"]) == 1 and page["count"] == 3
 
         # redriven: one, then the rest; they come back to this consumer as attempt 1
-        r = c.post(f"/admin/consumers/{group}/dead-letters/redrive", json={"limit": 1})
-        assert r.status_code == 200 and r.json()["redriven"] == 1, r.text
+        assert _cli(nodes[0], "redrive", group, "--limit", "1")["redriven"] == 1
         assert c.get(f"/admin/consumers/{group}/dead-letters").json()["count"] == 2
         r = c.post(f"/admin/consumers/{group}/dead-letters/redrive", json={})
         assert r.status_code == 200 and r.json()["redriven"] == 2, r.text

@@ -146,6 +146,12 @@ class Broker(ABC):
         """Is the broker reachable? Used by readiness checks."""
         return True
 
+    async def topics(self, prefix: str) -> set[str]:
+        """The names of the topics that exist and start with ``prefix`` (one metadata call for
+        all: the consume path looks for consumers' retry topics this way). Raises
+        :class:`BrokerUnavailable`."""
+        raise NotImplementedError(f"{self.name} cannot list topics")
+
     async def ensure_topics(self, topics: dict[str, int], timeout_s: float = 30.0) -> None:
         """Create the topics that do not exist (``{name: queues}``; existing ones are left as
         they are) and return once every queue of each serves reads. For the gateway's own

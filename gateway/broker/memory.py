@@ -83,6 +83,9 @@ class MemoryBroker(Broker):
             if topic not in self.logs:
                 self.create(topic, queues)
 
+    async def topics(self, prefix: str) -> set[str]:
+        return {t for t in self.logs if t.startswith(prefix)}
+
     async def queues(self, topic: str) -> list[str]:
         if topic not in self.logs:
             raise UnknownTopic(topic)

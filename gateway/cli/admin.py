@@ -37,6 +37,12 @@ def _consumer_body(a: argparse.Namespace, partial: bool) -> dict[str, Any]:
               if v is not None}
     if alerts:
         body["alerts"] = alerts
+    retry: dict[str, Any] = {k: v for k, v in (
+        ("maxAttempts", a.retry_max_attempts), ("deadLetterTopic", a.dead_letter_topic),
+        ("delaysMs", [int(d) for d in a.retry_delays_ms.split(",")] if a.retry_delays_ms else None))
+        if v is not None}
+    if retry:
+        body["retry"] = retry
     return body
 
 
@@ -74,6 +80,11 @@ def _call(a: argparse.Namespace) -> Call:
         "backlog": lambda: ("GET", "/admin/backlog", None,
                             {"consumer": a.consumer, "age": "false" if a.no_age else "true"}),
         "alerts": lambda: ("GET", "/admin/alerts", None, {"all": "true"} if a.all else None),
+        "dead-letters": lambda: ("GET", f"{g}/dead-letters", None,
+                                 {"limit": a.limit, "partition": a.partition, "offset": a.offset}),
+        "redrive": lambda: ("POST", f"{g}/dead-letters/redrive", {k: v for k, v in (
+            ("target", a.target), ("partition", a.partition), ("toOffset", a.to_offset),
+            ("limit", a.limit)) if v is not None}, None),
     }
     return table[c]()
 
@@ -164,6 +175,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--no-rate-limit", action="store_true")
         p.add_argument("--alert-backlog", type=int, help="alert when the backlog exceeds this many messages")
         p.add_argument("--alert-age-ms", type=int, help="alert when the oldest unconsumed message is older")
+        p.add_argument("--retry-delays-ms", help="delay before each retry, e.g. 10000,30000,60000")
+        p.add_argument("--retry-max-attempts", type=int, help="deliveries in all, the first included")
+        p.add_argument("--dead-letter-topic", help="where records go after the last attempt")
 
     cons = cmds.add_parser("consumers", help="registered consumers").add_subparsers(dest="c", required=True)
     cmd(cons, "list", "consumers-list", "all consumers", with_name=False)
@@ -181,6 +195,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--offset", type=int, help="with --queue (--to offset)")
     r.add_argument("--queue")
     r.add_argument("--client-id", help="one broadcast clientId, or '*' for all")
+
+    dl = cmd(cmds, "dead-letters", "dead-letters", "count, age and a page of a consumer's dead letters")
+    dl.add_argument("--limit", type=int)
+    dl.add_argument("--partition", type=int)
+    dl.add_argument("--offset", type=int, help="with --partition: start here")
+    rd = cmd(cmds, "redrive", "redrive", "send a consumer's dead letters back (all, or a range "
+             "from the oldest)")
+    rd.add_argument("--target", choices=("consumer", "topic"),
+                    help="consumer (default): its retry topic; topic: the topic it came from")
+    rd.add_argument("--partition", type=int)
+    rd.add_argument("--to-offset", type=int, help="stop below this offset")
+    rd.add_argument("--limit", type=int, help="send at most this many")
 
     prod = cmds.add_parser("producers", help="registered producers").add_subparsers(dest="c", required=True)
     cmd(prod, "list", "producers-list", "all producers", with_name=False)

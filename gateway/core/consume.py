@@ -141,9 +141,8 @@ class ConsumeService:
         self.codec = codec
         self.auth = authorizer
         self._seen: dict[str, int] = {}
-        #: Retry topics: (exists, when looked up) and, per (topic, consumer, clientId), the
-        #: watermark version at which choose found nothing to retry (see _serve_retry).
-        self._retry_known: dict[str, tuple[bool, float]] = {}
+        #: Per (retry topic, consumer, clientId): the watermark version at which choose found
+        #: nothing to retry (see _serve_retry).
         self._retry_idle: dict[tuple[str, str, str], int] = {}
         self.room = WaitRoom(self._highs, watermarks.refresh_s, IDLE_RECHECK_S)
 
@@ -169,7 +168,8 @@ class ConsumeService:
         while True:
             version = self.wm.version(p.topic)
             targets = [p.topic]
-            if await self._serve_retry(retry, p):
+            serve = await self._serve_retry(retry, p)
+            if serve:
                 targets.insert(0, retry)  # due retries first: they waited long enough
             nothing: list[NoQueue] = []
             for topic in targets:
@@ -196,7 +196,7 @@ class ConsumeService:
                     if not await self.room.wait(
                             key, remaining, self._recheck_s(NoQueue(min(wakes, default=-1)),
                                                             bool(t.skip)),
-                            also=retry if self._retry_known.get(retry, (False,))[0] else None):
+                            also=retry if serve is not None else None):
                         # The wait ran out and nothing woke it: nothing came that it could take
                         # (new records, a freed queue and lock expiry all wake a waiter). No last
                         # choose: it would cost every idle poll a second script per cycle.
@@ -204,40 +204,29 @@ class ConsumeService:
                     waited = True
                 t.skip.clear()
 
-    async def _serve_retry(self, retry: str, p: FetchParams) -> bool:
-        """Whether this poll should look at the consumer's retry topic: it exists (looked up at
-        most every :data:`IDLE_RECHECK_S` while it does not), and was not found with nothing to
-        retry since its records last changed. A consumer that never failed a record pays no
-        Redis call for it, and one with nothing to retry pays one per new retried record."""
-        now = asyncio.get_running_loop().time()
-        known = self._retry_known.get(retry)
-        if known is None or (not known[0] and now - known[1] >= IDLE_RECHECK_S):
-            try:
-                await self.wm.get(retry)
-                known = (True, now)
-            except UnknownTopic:
-                known = (False, now)
-            if len(self._retry_known) >= 100_000:  # a memo, not a registry
-                self._retry_known.clear()
-            self._retry_known[retry] = known
-        if not known[0]:
+    async def _serve_retry(self, retry: str, p: FetchParams) -> bool | None:
+        """Whether this poll should look at the consumer's retry topic (None: there is none): it
+        exists (from a listing of the retry topics, one metadata call per process every few
+        seconds), and was not found with nothing to retry since its records last changed. A
+        consumer that never failed a record pays no Redis call for it, and one with nothing to
+        retry pays one per new retried record."""
+        try:
+            if not await self.wm.exists(retry, self.settings.retry_topic_prefix):
+                return None
+            idle = self._retry_idle.get((retry, p.group, p.client_id))
+            if idle is None:
+                return True
+            await self.wm.get(retry)  # cached; refreshed in the background when stale
+        except (UnknownTopic, BrokerUnavailable):
+            return None  # deleted meanwhile, or the broker is down: the topic itself decides
+        if idle == self.wm.version(retry):
             return False
-        idle = self._retry_idle.get((retry, p.group, p.client_id))
-        if idle is not None:
-            try:  # a cached read; refreshed in the background when stale, as for any topic
-                await self.wm.get(retry)
-            except UnknownTopic:
-                self._retry_known.pop(retry, None)
-                return False
-            if idle == self.wm.version(retry):
-                return False
         self._retry_idle.pop((retry, p.group, p.client_id), None)
         return True
 
     def retry_topic_made(self, retry: str) -> None:
         """This process just made (or wrote to) ``retry``: serve it from now on."""
         self.wm.created(retry)
-        self._retry_known[retry] = (True, asyncio.get_running_loop().time())
 
     async def _try(self, t: _Try, topic: str) -> Fetched | NoQueue | None:
         """Choose, lock and read one queue of ``topic`` (the asked topic, or the consumer's retry
@@ -247,7 +236,6 @@ class ConsumeService:
             wm = await self.wm.get(topic)
         except UnknownTopic:
             if topic != p.topic:  # the retry topic went away (deleted by an operator)
-                self._retry_known.pop(topic, None)
                 return NoQueue(-1)
             await self.auth.require_consume(p.credential, p.group)  # 401/403 before 404
             raise

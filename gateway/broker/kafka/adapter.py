@@ -197,6 +197,16 @@ class KafkaBroker(Broker):
     async def queues(self, topic: str) -> list[str]:
         return [str(p) for p in await self._partitions(topic)]
 
+    async def topics(self, prefix: str) -> set[str]:
+        def names() -> set[str]:
+            try:  # the metadata client: the admin client may lag behind a topic just made
+                md = self._meta.list_topics(timeout=5)
+            except KafkaException as e:
+                raise BrokerUnavailable(str(e)) from None
+            return {t for t, tm in md.topics.items() if t.startswith(prefix) and tm.error is None}
+        found: set[str] = await self._run(names)
+        return found
+
     async def ensure_topics(self, topics: dict[str, int], timeout_s: float = 30.0) -> None:
         """CreateTopics with the broker's default replication factor (-1, KIP-464), then wait
         until ListOffsets answers for every partition: Apache Kafka lists a new topic's
