@@ -130,8 +130,8 @@ async def dead_letters_route(request: Request) -> Response:
     if encoding not in ("utf8", "base64"):
         raise bad_request("invalid_encoding", "encoding must be 'utf8' or 'base64'")
     partition = request.query_params.get("partition")
-    if partition is not None and query_int(partition) is None:
-        raise bad_request("invalid_partition", "partition must be an integer")
+    if partition is not None and ((n := query_int(partition)) is None or n < 0):
+        raise bad_request("invalid_partition", "partition must be a non-negative integer")
     page = await gw.dead_letters.page(
         group, _query_number(request, "limit", 20, 0, 1000), partition,
         _query_number(request, "offset", None, 0, 2**63 - 1))

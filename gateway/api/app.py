@@ -99,7 +99,8 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
         registry = Registry(store, settings, checkpoints)
         gate = ProduceGate(store, settings.open_mode)
         delay = DelayService(settings, store, b)
-        relay = Relay(settings, store, b, wm, delay) if settings.relay and not delay.native else None
+        relay = Relay(settings, store, b, wm, delay, metrics.delay_moved) \
+            if settings.relay and not delay.native else None
         if relay is not None:
             delay.poke = relay.poke
             relay.start()

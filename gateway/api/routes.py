@@ -262,6 +262,7 @@ async def ack_route(request: Request) -> Response:
     failed = parse_failed(p.body.get("failed"))
     if failed:
         f = await gw.nack.fail(_rid(p), failed, credential)  # the commit is counted by on_ack
+        metrics.failed(len(f.retried), len(f.dead))
         return _ack_response(f.ack, failed_body(f))
     r = await gw.consume.ack(_rid(p), credential)  # counted by on_ack
     return _ack_response(r, ack_body(r))
@@ -276,6 +277,7 @@ async def nack_route(request: Request) -> Response:
     failed = parse_failed(p.body.get("failed"))
     delay = parse_delay_ms(p.body.get("delayMs"))
     f = await gw.nack.fail(_rid(p), failed, credential, delay)
+    metrics.failed(len(f.retried), len(f.dead))
     return _ack_response(f.ack, failed_body(f))
 
 

@@ -369,8 +369,9 @@ def dead_page_body(p: DeadPage, encoding: str) -> dict[str, Any]:
 def redrive_request(body: dict[str, Any]) -> tuple[RedriveTarget, str | None, int | None,
                                                    int | None]:
     """(target, partition, toOffset, limit) of a redrive; all optional."""
+    raw = body.get("target")
     try:
-        target = RedriveTarget(body.get("target") or "consumer")
+        target = RedriveTarget("consumer" if raw is None else raw if isinstance(raw, str) else "?")
     except ValueError:
         raise bad_request("invalid_target", "target must be 'consumer' (its retry topic) or "
                           "'topic' (the topic it was produced to)") from None

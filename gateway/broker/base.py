@@ -139,8 +139,12 @@ class Broker(ABC):
         """Read up to ``max_records`` starting at ``offset``; return what is readable now."""
 
     @abstractmethod
-    async def produce(self, topic: str, messages: list[OutgoingMessage]) -> list[ProduceResult]:
-        """Send and wait until the broker acknowledged each message (or failed it)."""
+    async def produce(self, topic: str, messages: list[OutgoingMessage],
+                      urgent: bool | None = None) -> list[ProduceResult]:
+        """Send and wait until the broker acknowledged each message (or failed it). ``urgent``:
+        whether a caller waits on these few messages (False: records on their way through the
+        delay wheel, which may wait a little to share a larger write; None: the adapter judges
+        by their number)."""
 
     async def ping(self) -> bool:
         """Is the broker reachable? Used by readiness checks."""

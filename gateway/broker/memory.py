@@ -129,7 +129,8 @@ class MemoryBroker(Broker):
     async def forget_offsets(self, group: str) -> None:
         self.groups.pop(group, None)
 
-    async def produce(self, topic: str, messages: list[OutgoingMessage]) -> list[ProduceResult]:
+    async def produce(self, topic: str, messages: list[OutgoingMessage],
+                      urgent: bool | None = None) -> list[ProduceResult]:
         out = []
         for m in messages:
             q = m.queue or "0"

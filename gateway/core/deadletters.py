@@ -128,6 +128,8 @@ class DeadLetters:
         ``queue`` below ``to_offset``; at most ``limit``); how many were sent."""
         topic = await self.topic_of(group)
         queues = await self._queues(topic)
+        if not queues:  # no dead letter yet: the topic is made at the first
+            return 0
         if queue is not None and queue not in queues:
             raise bad_request("invalid_partition", f"dead-letter topic {topic!r} has no partition {queue}")
         skip = {q for q in queues if queue is not None and q != queue}

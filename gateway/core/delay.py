@@ -28,7 +28,7 @@ from ..broker import Broker, Capability, OutgoingMessage, ProduceResult
 from ..config import Settings
 from ..store import OffsetStore, now_ms
 from .errors import Conflict, bad_request
-from .produce import Produced, produce
+from .produce import Produced, misplaced, produce
 from .wheel import (
     H_DUE,
     H_HOP_DUE,
@@ -175,9 +175,8 @@ class DelayService:
             if due is None:
                 at_once.append(i)
                 continue
-            if m.queue is not None and m.queue not in queues:
-                results[i] = ProduceResult(error_code="unknown_partition",
-                                           error=f"topic {topic!r} has no partition {m.queue}")
+            if (bad := misplaced(topic, queues, m)) is not None:
+                results[i] = bad
                 continue
             delayed[i] = Delayed(self.ids.new(due, topic), due)
             if self.native:  # the broker holds it until its due time (RocketMQ 5 timers)
@@ -215,7 +214,8 @@ class DelayService:
 
     async def _send(self, level_topic: str, messages: list[OutgoingMessage], idx: list[int],
                     results: list[ProduceResult], written: dict[str, dict[str, int]]) -> None:
-        for i, r in zip(idx, await self.broker.produce(level_topic, messages), strict=True):
+        sent = await self.broker.produce(level_topic, messages, urgent=False)
+        for i, r in zip(idx, sent, strict=True):
             if r.error_code:  # the record is not in the wheel: say why, as for any produce
                 results[i] = r
             else:

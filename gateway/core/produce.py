@@ -98,18 +98,20 @@ class ProduceGate:
         raise forbidden("topic_not_allowed", f"producer {who!r} is not registered for topic {topic!r}")
 
 
+def misplaced(topic: str, queues: set[str], m: OutgoingMessage) -> ProduceResult | None:
+    """The failure of a message that names a queue ``topic`` does not have (None: it fits)."""
+    if m.queue is not None and m.queue not in queues:
+        return ProduceResult(error_code="unknown_partition",
+                             error=f"topic {topic!r} has no partition {m.queue}")
+    return None
+
+
 async def produce(broker: Broker, topic: str, messages: list[OutgoingMessage]) -> Produced:
     """Send after checking queues, so a message for a queue that does not exist fails alone
     and fast."""
     queues = set(await broker.queues(topic))
-    results: list[ProduceResult | None] = [None] * len(messages)
-    to_send: list[int] = []
-    for i, m in enumerate(messages):
-        if m.queue is not None and m.queue not in queues:
-            results[i] = ProduceResult(error_code="unknown_partition",
-                                       error=f"topic {topic!r} has no partition {m.queue}")
-        else:
-            to_send.append(i)
+    results: list[ProduceResult | None] = [misplaced(topic, queues, m) for m in messages]
+    to_send = [i for i, r in enumerate(results) if r is None]
     sent = await broker.produce(topic, [messages[i] for i in to_send])
     for i, r in zip(to_send, sent, strict=True):
         results[i] = r

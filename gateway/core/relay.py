@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter as CounterOf
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -94,7 +96,7 @@ def _forget(draining: dict[str, asyncio.Task[None]], queue: str, _task: asyncio.
 
 class Relay:
     def __init__(self, settings: Settings, store: OffsetStore, broker: Broker, wm: Watermarks,
-                 delay: DelayService) -> None:
+                 delay: DelayService, counted: Callable[[str, int], None] | None = None) -> None:
         self.settings = settings
         self.store = store
         self.broker = broker
@@ -111,8 +113,13 @@ class Relay:
         self._events: dict[str, asyncio.Event] = {t: asyncio.Event() for t in self.wheel.topics()}
         self._level_of = {self.wheel.topic(level): level for level in self.wheel.levels}
         self._tasks: list[asyncio.Task[None]] = []
-        #: Records written to their topic / sent to the next level / dropped (for tests, metrics).
-        self.delivered = self.hopped = self.dropped = 0
+        #: Told how many records were ``delivered`` to their topic, ``hopped`` to the next level
+        #: or ``dropped`` (the app counts them in mqgw_delay_records_total).
+        self.counted = counted
+
+    def _count(self, kind: str, n: int) -> None:
+        if self.counted is not None and n:
+            self.counted(kind, n)
 
     def poke(self, written: dict[str, dict[str, int]]) -> None:
         """Level queues were written to (``{topic: {queue: high watermark}}``, by any node):
@@ -242,7 +249,7 @@ class Relay:
                     await self._settle(topic, lock, offset, offset, now_ms() + int(RETRY_S * 1000))
                     return
                 if any(w is None for w in take):
-                    self.dropped += sum(w is None for w in take)
+                    self._count("dropped", sum(w is None for w in take))
                     log.error("relay of %s/%s: dropped records without wheel headers", topic,
                               lock.queue)
             nxt = items[j][0].offset if j < len(items) else res.next_offset
@@ -304,7 +311,8 @@ class Relay:
             headers.append((H_HOP_DUE, str(now + level).encode()))
             hops.setdefault(self.wheel.topic(level), []).append(
                 (w, OutgoingMessage(r.value, r.key, headers)))
-        sends = [(t, batch, self.broker.produce(t, [m for _, m in batch])) for t, batch in hops.items()]
+        sends = [(t, batch, self.broker.produce(t, [m for _, m in batch], urgent=False))
+                 for t, batch in hops.items()]
         out = [(t, batch) for t, batch, _ in sends]
         results: list[Any] = list(await asyncio.gather(
             *(c for _, _, c in sends), self._deliver(finals), return_exceptions=True))
@@ -318,11 +326,12 @@ class Relay:
             results.append(res)
         ok = True
         levels_written: dict[str, dict[str, int]] = {}
+        counts: CounterOf[str] = CounterOf()
         for (t, batch), res in zip(out, results, strict=True):
             if isinstance(res, UnknownTopic):
                 log.error("relay: topic %s does not exist; %d delayed records for it dropped",
                           t, len(batch))
-                self.dropped += len(batch)
+                self._count("dropped", len(batch))
                 continue
             if isinstance(res, BaseException):
                 log.warning("relay: sending %d records to %s failed (%r); they are sent again in "
@@ -332,19 +341,21 @@ class Relay:
             for (w, _), pr in zip(batch, res, strict=True):
                 if not pr.error_code:
                     if t == w.topic:
-                        self.delivered += 1
+                        counts["delivered"] += 1
                         self.wm.observe(t, pr.queue, pr.offset + 1)  # wakes this node's polls
                     else:
-                        self.hopped += 1
+                        counts["hopped"] += 1
                         note_written(levels_written, t, pr)
                 elif pr.error_code in ("unknown_topic", "unknown_partition", "message_too_large"):
                     log.error("relay: delayed record %s for %s dropped: %s", w.delay_id, w.topic,
                               pr.error)
-                    self.dropped += 1
+                    counts["dropped"] += 1
                 else:
                     log.warning("relay: sending delayed record %s to %s failed (%s: %s); it is "
                                 "sent again in %.0f s", w.delay_id, t, pr.error_code, pr.error, RETRY_S)
                     ok = False
+        for kind, n in counts.items():
+            self._count(kind, n)
         if levels_written:
             self.poke(levels_written)
             await self.store.delay.poke(levels_written)

@@ -75,6 +75,11 @@ REDELIVERIES = Counter("mqgw_redeliveries_total",
 STALE_ACKS = Counter("mqgw_stale_acks_total",
                      "Acks refused because the batch was stale (lock_lost, offset_reset, "
                      "offset_mismatch)")
+DELAY_RECORDS = Counter("mqgw_delay_records_total", "Delayed records the relay moved: delivered "
+                        "to their topic, hopped to the next level of the wheel, or dropped",
+                        ["step"])
+RETRIED = Counter("mqgw_failed_records_total", "Records consumers failed (/nack, or failed "
+                  "offsets on /ack), by where they went", ["outcome"])
 DEPENDENCY_ERRORS = Counter("mqgw_dependency_errors_total",
                             "Requests failed with 503 because Redis or the broker was unavailable",
                             ["dependency"])
@@ -90,6 +95,8 @@ _produced_ok = PRODUCED.labels("ok")
 _produced_failed = PRODUCED.labels("failed")
 _fetch_by_status = {s: FETCH_RESPONSES.labels(s) for s in FETCH_STATUSES}
 _acks_by_result = {r: ACKS.labels(r) for r in ACK_RESULTS}
+_delay_by_step = {s: DELAY_RECORDS.labels(s) for s in ("delivered", "hopped", "dropped")}
+_failed_by_outcome = {o: RETRIED.labels(o) for o in ("retried", "dead_lettered")}
 _dep_errors = {d: DEPENDENCY_ERRORS.labels(d) for d in DEPENDENCIES}
 _dropped = {r: CONNECTIONS_DROPPED.labels(r) for r in DROP_REASONS}
 # (route, method, status) -> (counter child, histogram child); bounded by routes x methods x codes.
@@ -121,6 +128,19 @@ def fetched(status: str, messages: int, redelivered: bool) -> None:
         FETCHED.inc(messages)
     if redelivered:
         REDELIVERIES.inc()
+
+
+def delay_moved(step: str, n: int) -> None:
+    """Count records the relay moved (``delivered``, ``hopped``, ``dropped``)."""
+    _child(_delay_by_step, DELAY_RECORDS, step).inc(n)
+
+
+def failed(retried: int, dead_lettered: int) -> None:
+    """Count the records of one nack: sent to be retried, sent to the dead-letter topic."""
+    if retried:
+        _child(_failed_by_outcome, RETRIED, "retried").inc(retried)
+    if dead_lettered:
+        _child(_failed_by_outcome, RETRIED, "dead_lettered").inc(dead_lettered)
 
 
 def acked(result: str) -> None:
