@@ -25,7 +25,7 @@ DUE = "mqgw-delay-due"
 def env() -> dict[str, str]:
     """Gateway settings for the phase (the relay runs in every worker, as by default)."""
     return {"MQGW_DELAY_LEVELS": LEVELS, "MQGW_DELAY_TOPIC_PREFIX": TOPIC_PREFIX,
-            "MQGW_DELAY_PARTITIONS": "4"}
+            "MQGW_DELAY_PARTITIONS": "2"}
 
 
 def lateness(bootstrap: str, topic: str, partitions: int, expected: int,

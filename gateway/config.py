@@ -109,7 +109,10 @@ class Settings:
     #: Names of the level topics: ``<prefix><level>ms``. Created at start when missing.
     delay_topic_prefix: str = "mqgw.delay."
     #: Partitions of each level topic: how many relays can move records of one level at once.
-    delay_partitions: int = 4
+    #: Fewer partitions make larger batches: on Apache Kafka, 4 per level took 4,317 delayed
+    #: records/s, 2 took 7,733 and 1 took 9,483, but with 1 a level's single relay fell behind
+    #: on Tansu (BENCHMARKS.md, issue 12).
+    delay_partitions: int = 2
     #: Replication factor of the topics the gateway creates (-1: the broker's default).
     delay_replication: int = -1
     #: A cancel or delivered mark lives this long after the record's due time: a cancel sent

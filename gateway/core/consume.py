@@ -37,7 +37,7 @@ from .checkpoint import Checkpoints
 from .errors import DomainError, Forbidden, Invalid, bad_request
 from .requestid import BatchRef, RequestIdCodec
 from .retry import retry_topic
-from .waiting import WaitRoom
+from .waiting import Key, WaitRoom
 from .watermarks import Watermarks
 
 #: While long-polling with a backlog held under other consumers' locks, re-run choose this
@@ -145,6 +145,9 @@ class ConsumeService:
         #: nothing to retry (see _serve_retry).
         self._retry_idle: dict[tuple[str, str, str], int] = {}
         self.room = WaitRoom(self._highs, watermarks.refresh_s, IDLE_RECHECK_S)
+        #: Retry topics not known to exist -> the keys of polls waiting without them.
+        self._no_retry: dict[str, set[Key]] = {}
+        watermarks.on_new_topics = self._retry_topics_found
 
     async def _highs(self, topic: str) -> dict[str, int]:
         return {q: hi for q, (_lo, hi) in (await self.wm.get(topic)).items()}
@@ -193,10 +196,17 @@ class ConsumeService:
                 else:
                     looked_again = False
                     wakes = [n.wake_ms for n in nothing if n.wake_ms >= 0]
-                    if not await self.room.wait(
+                    if serve is None:  # woken if a listing finds the retry topic meanwhile
+                        self._no_retry.setdefault(retry, set()).add(key)
+                    try:
+                        woken = await self.room.wait(
                             key, remaining, self._recheck_s(NoQueue(min(wakes, default=-1)),
                                                             bool(t.skip)),
-                            also=retry if serve is not None else None):
+                            also=retry if serve is not None else None)
+                    finally:
+                        if serve is None:
+                            self._forget_no_retry(retry, key)
+                    if not woken:
                         # The wait ran out and nothing woke it: nothing came that it could take
                         # (new records, a freed queue and lock expiry all wake a waiter). No last
                         # choose: it would cost every idle poll a second script per cycle.
@@ -223,6 +233,20 @@ class ConsumeService:
             return False
         self._retry_idle.pop((retry, p.group, p.client_id), None)
         return True
+
+    def _forget_no_retry(self, retry: str, key: Key) -> None:
+        keys = self._no_retry.get(retry)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._no_retry[retry]
+
+    def _retry_topics_found(self, topics: set[str]) -> None:
+        """A listing found new retry topics: polls waiting without them look again (and then
+        wait watching them)."""
+        for topic in topics:
+            for key in list(self._no_retry.get(topic, ())):
+                self.room.wake(key)
 
     def retry_topic_made(self, retry: str) -> None:
         """This process just made (or wrote to) ``retry``: serve it from now on."""

@@ -88,30 +88,32 @@ class NackService:
                                   f"batch ([{ref.offset}, {ref.next_offset}))", offsets=outside[:100])
         policy = RetryPolicy.of(ref.group, await self.store.get_config(ref.group), self.settings)
         records = await self._read(ref) if failed is None or failed else []
-        now = now_ms()
         origin = next((t for r in records if (t := header(r, H_ORIGIN_TOPIC))), ref.topic)
         retry = retry_topic(self.settings.retry_topic_prefix, ref.group, origin, ref.client_id)
+        mine = [r for r in records if failed is None or r.offset in failed]
+        last = [r for r in mine if attempt_of(r) >= policy.max_attempts]
+        await self._ensure({**({retry: 0} if len(last) < len(mine) else {}),
+                            **({policy.dead_letter_topic: 0} if last else {})})
+        # The failure time, and what the delays count from: after any topic was made (a new
+        # topic on Apache Kafka took up to a second, which the first retry's delay would lose).
+        now = now_ms()
         again: list[OutgoingMessage] = []
         dues: list[int | None] = []
         retried: list[Retried] = []
         dead: list[OutgoingMessage] = []
         dead_offsets: list[int] = []
-        for r in records:
-            if failed is not None and r.offset not in failed:
-                continue
+        for r in mine:
             attempt = attempt_of(r)
-            own = failed.get(r.offset) if failed is not None else None
-            wait = own if own is not None else delay_ms
             if attempt >= policy.max_attempts:
                 dead.append(self._carry(r, ref, attempt, now))
                 dead_offsets.append(r.offset)
                 continue
+            own = failed.get(r.offset) if failed is not None else None
+            wait = own if own is not None else delay_ms
             wait = policy.delay_before(attempt + 1) if wait is None else wait
             again.append(self._carry(r, ref, attempt + 1, now))
             dues.append(now + wait if wait > 0 else None)
             retried.append(Retried(r.offset, attempt + 1, now + max(0, wait)))
-        await self._ensure({**({retry: 0} if again else {}),
-                            **({policy.dead_letter_topic: 0} if dead else {})})
         writes = []
         if again:
             writes.append(self._retry(retry, again, dues))

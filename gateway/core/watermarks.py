@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..broker import Broker, UnknownTopic, check_queue_id
@@ -25,8 +26,11 @@ log = logging.getLogger("mqgw.watermarks")
 #: A copy older than refresh_ms is still served (and refreshed in the background) for up to this
 #: many intervals; only an older or missing copy makes a request wait for the refresh.
 _STALE_INTERVALS = 10
-#: Listings of topics by prefix (:meth:`Watermarks.exists`) are this old at most.
-LIST_EVERY_S = 5.0
+#: Listings of topics by prefix (:meth:`Watermarks.exists`) are this old at most: a consumer's
+#: first retry can reach a poll on another node this late (5 s made the first retry of
+#: tests/test_retry.py up to 1.2 s late, polls landing on either of two nodes). One metadata
+#: request per process per interval, answered in the background.
+LIST_EVERY_S = 1.0
 
 
 @dataclass(slots=True)
@@ -48,13 +52,17 @@ class Watermarks:
         self._unknown: dict[str, float] = {}
         self._listed: dict[str, tuple[float, set[str]]] = {}  # prefix -> (when, topic names)
         self._listing: dict[str, asyncio.Future[None]] = {}
+        #: Told of topics a listing found (or :meth:`created` added) since the one before.
+        self.on_new_topics: Callable[[set[str]], None] | None = None
 
     def created(self, topic: str) -> None:
         """``topic`` was just made: forget that it was unknown a moment ago."""
         self._unknown.pop(topic, None)
         for prefix, (_at, names) in self._listed.items():
-            if topic.startswith(prefix):
+            if topic.startswith(prefix) and topic not in names:
                 names.add(topic)
+                if self.on_new_topics is not None:
+                    self.on_new_topics({topic})
 
     async def exists(self, topic: str, prefix: str) -> bool:
         """Whether ``topic`` exists, from a listing of every topic starting with ``prefix``
@@ -74,7 +82,10 @@ class Watermarks:
 
     async def _list(self, prefix: str) -> None:
         names = await self.broker.topics(prefix)
+        old = self._listed.get(prefix)
         self._listed[prefix] = (time.monotonic(), names)
+        if old is not None and self.on_new_topics is not None and names - old[1]:
+            self.on_new_topics(names - old[1])
 
     def version(self, topic: str) -> int:
         e = self._topics.get(topic)
