@@ -38,7 +38,7 @@ from .errors import DomainError, Forbidden, Invalid, bad_request
 from .requestid import BatchRef, RequestIdCodec
 from .retry import retry_topic
 from .waiting import Key, WaitRoom
-from .watermarks import Watermarks
+from .watermarks import LIST_EVERY_S, Watermarks
 
 #: While long-polling with a backlog held under other consumers' locks, re-run choose this
 #: often: an ack or early unlock on another node frees the queue without any other signal.
@@ -147,6 +147,7 @@ class ConsumeService:
         self.room = WaitRoom(self._highs, watermarks.refresh_s, IDLE_RECHECK_S)
         #: Retry topics not known to exist -> the keys of polls waiting without them.
         self._no_retry: dict[str, set[Key]] = {}
+        self._lister: asyncio.Future[None] | None = None
         watermarks.on_new_topics = self._retry_topics_found
 
     async def _highs(self, topic: str) -> dict[str, int]:
@@ -198,6 +199,7 @@ class ConsumeService:
                     wakes = [n.wake_ms for n in nothing if n.wake_ms >= 0]
                     if serve is None:  # woken if a listing finds the retry topic meanwhile
                         self._no_retry.setdefault(retry, set()).add(key)
+                        self._list_while_waiting()
                     try:
                         woken = await self.room.wait(
                             key, remaining, self._recheck_s(NoQueue(min(wakes, default=-1)),
@@ -240,6 +242,22 @@ class ConsumeService:
             keys.discard(key)
             if not keys:
                 del self._no_retry[retry]
+
+    def _list_while_waiting(self) -> None:
+        """While polls wait without their retry topic, list the retry topics every
+        LIST_EVERY_S (a listing that finds one wakes its polls): only requests trigger a
+        listing otherwise, and a long poll makes none while it waits."""
+        if self._lister is None or self._lister.done():
+            self._lister = asyncio.ensure_future(self._lister_loop())
+
+    async def _lister_loop(self) -> None:
+        prefix = self.settings.retry_topic_prefix
+        while self._no_retry:
+            await asyncio.sleep(LIST_EVERY_S)
+            try:
+                await self.wm.exists(prefix, prefix)  # refreshes a stale listing, in the background
+            except BrokerUnavailable:
+                pass  # the next round tries again
 
     def _retry_topics_found(self, topics: set[str]) -> None:
         """A listing found new retry topics: polls waiting without them look again (and then
