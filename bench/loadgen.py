@@ -173,10 +173,18 @@ async def run_produce(spec: dict[str, Any]) -> dict[str, Any]:
     lat: list[int] = []
     stats = {"requests": 0, "records": 0, "errors": 0, "failed_records": 0, "error_samples": []}
     per = spec["per_request"]
+    # With a rate, each connection sends a request every `interval` s (closed loop otherwise):
+    # what a figure measured then (the delay relay's lateness) is at that load, not at saturation.
+    interval = spec["concurrency"] * max(1, per) / spec["rate"] if spec.get("rate") else 0.0
 
     async def worker(i: int, conn: httpc.Connection) -> None:
         k = i * 7
+        loop = asyncio.get_running_loop()
+        next_at = loop.time() + interval * i / spec["concurrency"]
         while not win.over():
+            if interval:
+                await asyncio.sleep(max(0.0, next_at - loop.time()))
+                next_at += interval
             raw = reqs[k % len(reqs)]
             k += 1
             t0 = time.perf_counter_ns()
