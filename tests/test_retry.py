@@ -143,6 +143,7 @@ def test_retry_schedule_then_dead_letters_then_redrive(
         assert r.status_code == 200, r.text
         lateness = []
         due: dict[str, int] = {}  # value -> when its next attempt is due
+        produced_at: dict[str, int] = {}  # value -> its own timestamp
         for attempt in range(1, 5):
             batches = c.take(topic, group, 3, then="/nack")
             messages = [m for b in batches for m in b["body"]["messages"]]
@@ -160,8 +161,12 @@ def test_retry_schedule_then_dead_letters_then_redrive(
                         assert h["mqgw-attempt"] == str(attempt) and h["mqgw-origin-topic"] == topic
                         assert h["trace"] == m["value"]  # the record's own headers
                         assert int(h["mqgw-first-delivery-ms"]) <= int(h["mqgw-last-failure-ms"])
+                        # written with the broker's time; its own time travels in a header
+                        assert h["mqgw-origin-timestamp"] == str(produced_at[m["value"]])
+                        assert m["timestamp"] >= int(h["mqgw-last-failure-ms"]) - 1000
                 else:
                     assert "retryTopic" not in body
+                    produced_at.update((m["value"], m["timestamp"]) for m in body["messages"])
                 assert answer["result"] == "committed", answer
                 if attempt < 4:
                     assert [x["attempt"] for x in answer["retried"]] == [attempt + 1] * len(values)

@@ -28,6 +28,7 @@ from .retry import (
     H_ORIGIN_OFFSET,
     H_ORIGIN_QUEUE,
     H_ORIGIN_TOPIC,
+    H_ORIGIN_TS,
     OWN_HEADERS,
     RetryPolicy,
     header,
@@ -41,8 +42,8 @@ CURSOR_GROUP = "_mqgw.deadletters"
 REDRIVE_BATCH = 500
 #: What a record redriven to its consumer keeps of our headers: where it came from and its
 #: history; its attempt starts again at 1.
-_KEPT = frozenset({H_FIRST, H_FAILED, H_ORIGIN_TOPIC, H_ORIGIN_QUEUE, H_ORIGIN_OFFSET, H_CLIENT,
-                   H_CONSUMER})
+_KEPT = frozenset({H_FIRST, H_FAILED, H_ORIGIN_TOPIC, H_ORIGIN_QUEUE, H_ORIGIN_OFFSET,
+                   H_ORIGIN_TS, H_CLIENT, H_CONSUMER})
 
 
 class RedriveTarget(str, Enum):
@@ -163,8 +164,7 @@ class DeadLetters:
             records = [r for r in res.records if to_offset is None or r.offset < to_offset]
             end = records[-1].offset + 1 if records else (
                 res.next_offset if to_offset is None else min(res.next_offset, to_offset))
-            if records:
-                await self._send(group, target, records)
+            sent = await self._send(group, target, records) if records else 0
         except BaseException:
             await asyncio.shield(self.store.unlock(CURSOR_GROUP, "", topic, lock.queue, lock.token))
             raise
@@ -176,28 +176,27 @@ class DeadLetters:
             await self.store.unlock(CURSOR_GROUP, "", topic, lock.queue, lock.token)
         finished = not records or (to_offset is not None and end >= to_offset) \
             or end >= res.high_watermark >= 0
-        return len(records), finished
+        return sent, finished
 
-    async def _send(self, group: str, target: RedriveTarget, records: list[Record]) -> None:
+    async def _send(self, group: str, target: RedriveTarget, records: list[Record]) -> int:
         """Each record to its origin topic (headers of ours removed), or as attempt 1 to the
-        retry topic of the consumer (and clientId) that failed it."""
+        retry topic of the consumer (and clientId) that failed it; how many were sent (a record
+        no nack wrote names no origin: it is passed over)."""
         by_topic: dict[str, list[OutgoingMessage]] = {}
         for r in records:
             origin = header(r, H_ORIGIN_TOPIC)
             if origin is None:  # not written by a nack: nowhere to send it back to
                 continue
             own = [(n, v) for n, v in r.headers if n not in OWN_HEADERS]
-            ts = r.timestamp if r.timestamp >= 0 else None
-            if target is RedriveTarget.TOPIC:
-                by_topic.setdefault(origin, []).append(OutgoingMessage(r.value, r.key, own,
-                                                                       timestamp=ts))
+            if target is RedriveTarget.TOPIC:  # a new write: the broker's time, as for retries
+                by_topic.setdefault(origin, []).append(OutgoingMessage(r.value, r.key, own))
                 continue
             consumer = header(r, H_CONSUMER) or group
             dest = retry_topic(self.settings.retry_topic_prefix, consumer, origin,
                                header(r, H_CLIENT) or "")
             kept = [(n, v) for n, v in r.headers if n in _KEPT]
             by_topic.setdefault(dest, []).append(OutgoingMessage(
-                r.value, r.key, [*own, *kept, (H_ATTEMPT, b"1")], timestamp=ts))
+                r.value, r.key, [*own, *kept, (H_ATTEMPT, b"1")]))
         if target is RedriveTarget.CONSUMER:
             await self.broker.ensure_topics(dict.fromkeys(by_topic, self.settings.retry_partitions))
         for dest, messages in by_topic.items():
@@ -205,4 +204,5 @@ class DeadLetters:
             bad = next((r for r in res.results if r.error_code), None)
             if bad is not None:  # nothing committed: the redrive can be run again
                 raise BrokerUnavailable(f"redriving to {dest}: {bad.error}")
+        return sum(len(m) for m in by_topic.values())
 

@@ -33,6 +33,7 @@ from .retry import (
     H_ORIGIN_OFFSET,
     H_ORIGIN_QUEUE,
     H_ORIGIN_TOPIC,
+    H_ORIGIN_TS,
     OWN_HEADERS,
     RetryPolicy,
     attempt_of,
@@ -138,8 +139,8 @@ class NackService:
         return out
 
     def _carry(self, r: Record, ref: BatchRef, attempt: int, now: int) -> OutgoingMessage:
-        """The record as the retry (or dead-letter) topic holds it: its own key, value, headers
-        and timestamp, and in ``mqgw-*`` headers where it came from and how it fared."""
+        """The record as the retry (or dead-letter) topic holds it: its own key, value and
+        headers, and in ``mqgw-*`` headers where and when it came from and how it fared."""
         first = header(r, H_FIRST) or str(ref.fetched_ms or now)
         headers = [(n, v) for n, v in r.headers if n not in OWN_HEADERS]
         headers += [(H_ATTEMPT, str(attempt).encode()), (H_FIRST, first.encode()),
@@ -147,11 +148,11 @@ class NackService:
                     (H_ORIGIN_TOPIC, (header(r, H_ORIGIN_TOPIC) or ref.topic).encode()),
                     (H_ORIGIN_QUEUE, (header(r, H_ORIGIN_QUEUE) or ref.queue).encode()),
                     (H_ORIGIN_OFFSET, (header(r, H_ORIGIN_OFFSET) or str(r.offset)).encode()),
+                    (H_ORIGIN_TS, (header(r, H_ORIGIN_TS) or str(r.timestamp)).encode()),
                     (H_CONSUMER, ref.group.encode())]
         if ref.client_id:
             headers.append((H_CLIENT, ref.client_id.encode()))
-        return OutgoingMessage(r.value, r.key, headers,
-                               timestamp=r.timestamp if r.timestamp >= 0 else None)
+        return OutgoingMessage(r.value, r.key, headers)  # the broker's time: see H_ORIGIN_TS
 
     async def _retry(self, topic: str, messages: list[OutgoingMessage],
                      dues: list[int | None]) -> None:

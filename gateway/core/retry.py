@@ -29,13 +29,17 @@ H_FAILED = "mqgw-last-failure-ms"
 H_ORIGIN_TOPIC = "mqgw-origin-topic"
 H_ORIGIN_QUEUE = "mqgw-origin-partition"
 H_ORIGIN_OFFSET = "mqgw-origin-offset"
+#: The record's own timestamp. A retried record is written with the broker's time instead: a
+#: week-old record retried keeps its original time here, not where Kafka's time-based retention
+#: would delete its segment before the retry is due.
+H_ORIGIN_TS = "mqgw-origin-timestamp"
 #: The consumer that failed it, and in broadcast mode its clientId: whose retries these are
 #: (a redrive of a shared dead-letter topic sends each back to its own consumer).
 H_CONSUMER = "mqgw-consumer"
 H_CLIENT = "mqgw-client-id"
 #: Headers the gateway sets on a retried record and strips before setting them again.
 OWN_HEADERS = frozenset({H_ATTEMPT, H_FIRST, H_FAILED, H_ORIGIN_TOPIC, H_ORIGIN_QUEUE,
-                         H_ORIGIN_OFFSET, H_CONSUMER, H_CLIENT, H_DUE})
+                         H_ORIGIN_OFFSET, H_ORIGIN_TS, H_CONSUMER, H_CLIENT, H_DUE})
 _MAX_TOPIC = 249
 
 
