@@ -6,11 +6,12 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 APT_GET := $(shell [ "$$(id -u)" = 0 ] && echo apt-get || echo sudo apt-get)
 
-.PHONY: run test test-tansu test-kafka test-fast bench deps system lint clean
+.PHONY: run test test-tansu test-kafka test-fast test-deps bench deps system lint clean
 
 deps: system $(STAMP)
 
-# Debian packages the gateway and its tests need: redis-server, and venv support for python3.
+# Debian packages `make run` needs: redis-server, venv support for python3, and Java with Maven
+# (Apache Kafka, the default broker of `make run`, is started from its Maven Central jars).
 system:
 	@$(PY) -c "import ensurepip, venv" >/dev/null 2>&1 || { \
 	  echo "installing python3-venv (Debian package)"; \
@@ -25,6 +26,10 @@ system:
 	@command -v mvn >/dev/null 2>&1 || { \
 	  echo "installing maven (Debian package; Apache Kafka is started from its Maven Central jars)"; \
 	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq maven >/dev/null; }
+
+# What only the tests need, kept out of `make run`: an apt lock held elsewhere, or a slow mirror,
+# must not stop the gateway from starting.
+test-deps: deps
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing chromium (Debian package; tests render the lag report with it)"; \
 	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq chromium >/dev/null; }
@@ -43,23 +48,23 @@ run: deps
 # The suite twice: on Tansu (the stand-in that starts in milliseconds) and on Apache Kafka from its
 # Maven jars (the reference). Both passes run, so one failing does not hide the other's results.
 # With KAFKA_BOOTSTRAP set (an external broker) it runs once, against that broker.
-test: deps
+test: test-deps
 	@if [ -n "$$KAFKA_BOOTSTRAP" ]; then $(BIN)/python -m pytest -q $(PYTEST_ARGS); exit $$?; fi; \
 	rc=0; \
 	echo "== the suite on Tansu"; $(MAKE) --no-print-directory test-tansu || rc=1; \
 	echo "== the suite on Apache Kafka"; $(MAKE) --no-print-directory test-kafka || rc=1; \
 	exit $$rc
 
-test-tansu: deps
+test-tansu: test-deps
 	MQGW_TEST_BROKER=tansu $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-test-kafka: deps
+test-kafka: test-deps
 	MQGW_TEST_BROKER=kafka $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The inner loop: everything but the tests marked slow (Spark, Chromium, Redis Cluster, volume and
 # multi-node timing tests, 30 s long polls; see the marker in pyproject.toml): under two minutes on
 # an idle 2-core machine.
-test-fast: deps
+test-fast: test-deps
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 # All three run, so one failing does not hide what the others find; configured in pyproject.toml.

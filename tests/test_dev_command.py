@@ -34,6 +34,10 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items()
            if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP", "MQGW_REDIS_URL", "MQGW_KAFKA_BOOTSTRAP")}
     env["MQGW_SNAPSHOT_DIR"] = str(tmp_path / "snapshots")
+    # an earlier run's snapshot: its Redis and broker are gone, so it must not join this run's
+    stale = tmp_path / "snapshots" / "date=2020-01-01" / "hour=00" / "snap-0.parquet"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"earlier run")
     log = tmp_path / "dev.log"
     with open(log, "wb") as out:  # the child keeps its own descriptor
         proc = subprocess.Popen([sys.executable, "-m", "gateway", "dev", "--port", str(port),
@@ -63,6 +67,19 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
         while not list(snaps.glob("date=*/hour=*/snap-*.parquet")) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert list(snaps.glob("date=*/hour=*/snap-*.parquet")), "no snapshot written"
+        assert not (snaps / "date=2020-01-01").exists(), "an earlier run's snapshots were kept"
+        (aside,) = tmp_path.glob("snapshots.*")
+        assert (aside / "date=2020-01-01" / "hour=00" / "snap-0.parquet").read_bytes() == b"earlier run"
+        assert f"moved the snapshots of an earlier run to {aside}/" in text
+        # The banner's export line, pasted into a shell that has neither the venv on its PATH
+        # nor MQGW_URL, points `mqgw admin` at this stack (not at whatever listens on 8080).
+        shell = text.split("in another shell:\n", 1)[1].split("\n\n", 1)[0]
+        bare = {k: v for k, v in env.items() if not k.startswith("MQGW_")}
+        bare["PATH"] = "/usr/bin:/bin"
+        p = subprocess.run(["bash", "-c", f"{shell}\nmqgw admin consumers get demo-group"],
+                           env=bare, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert '"start": "earliest"' in p.stdout or '"start":"earliest"' in p.stdout, p.stdout
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
         assert proc.wait(30) == 0
         for p in (port, redis_port, broker_port):

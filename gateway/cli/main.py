@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import glob
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, MutableMapping
+from pathlib import Path
 
 from . import admin as admin_cli
 from . import devstack
@@ -55,9 +57,15 @@ def serve(args: argparse.Namespace) -> int:
     """Run uvicorn in this process (it becomes the workers' supervisor), then clean up."""
     import uvicorn
 
-    from ..config import Settings
+    from ..config import Settings, hmac_key_refusal
 
     settings = Settings.load()  # the workers read the same settings
+    # Refused here, before uvicorn, as one plain line: inside the workers' lifespan the reason
+    # would only show in a JSON-escaped traceback.
+    refusal = hmac_key_refusal(settings)
+    if refusal is not None:
+        print(f"mqgw: {refusal}", file=sys.stderr)
+        return 2
     level = settings.log_level
     # uvicorn re-raises the SIGTERM it shut down on; make that an exit that runs the cleanup.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
@@ -86,10 +94,12 @@ def dev(args: argparse.Namespace) -> int:
     # A development gateway: serve any consumer or producer name, no API keys.
     env.setdefault("MQGW_OPEN_MODE", "true")
     env.setdefault("MQGW_AUTH", "false")
+    own_redis = False
     try:
         if not (env.get("REDIS_URL") or env.get("MQGW_REDIS_URL")):
             r = devstack.start_redis()
             started.append(r)
+            own_redis = True
             env["MQGW_REDIS_URL"] = r.extra["url"]
             print(f"started redis-server      {r.extra['url']}")
         if not (env.get("KAFKA_BOOTSTRAP") or env.get("MQGW_KAFKA_BOOTSTRAP")):
@@ -115,6 +125,11 @@ def dev(args: argparse.Namespace) -> int:
             devstack.create_topic(b.extra["bootstrap"], "demo", 6)
             print("created topic            demo (6 partitions)")
         snap_dir = env.get("MQGW_SNAPSHOT_DIR") or "snapshots"
+        if own_redis:  # an empty Redis: what the folder holds describes another one
+            moved = _set_aside(Path(snap_dir))
+            if moved:
+                print(f"moved the snapshots of an earlier run to {moved}/ (their Redis and broker "
+                      "are gone: one report over both runs would mix them)")
         snap = subprocess.Popen([sys.executable, "-m", "gateway", "snapshot", "--every", "60s",
                                  "--out", snap_dir], env=env, start_new_session=True)
         started.append(devstack.Service("snapshot", 0, snap))
@@ -133,8 +148,9 @@ mq-gateway is up at {base}   (API description: {base}/openapi.yaml)
   curl -s '{base}/message?consumer=demo-group&topic=demo&wait_ms=5000'   # demo-group starts at earliest
   curl -s -XPOST {base}/ack -d '{{"requestId":"<requestId from /message>"}}'
 
-The command-line tools (mqgw admin, keys, snapshot) reach this stack with, in another shell:
-  export MQGW_REDIS_URL={env["MQGW_REDIS_URL"]} MQGW_KAFKA_BOOTSTRAP={env["MQGW_KAFKA_BOOTSTRAP"]}
+The command-line tools (mqgw admin, keys, snapshot, report) reach this stack with, in another shell:
+  export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH" MQGW_URL={base} \\
+         MQGW_REDIS_URL={env["MQGW_REDIS_URL"]} MQGW_KAFKA_BOOTSTRAP={env["MQGW_KAFKA_BOOTSTRAP"]}
 
 Ctrl-C stops the gateway and everything started with it.""", flush=True)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -146,6 +162,22 @@ Ctrl-C stops the gateway and everything started with it.""", flush=True)
     finally:
         for s in reversed(started):
             s.stop()
+
+
+def _set_aside(snap_dir: Path) -> Path | None:
+    """Move an earlier run's snapshots out of the way (to ``<dir>.<time>``) and return where.
+
+    ``make run`` starts an empty Redis and broker each time, so snapshots of the previous run
+    describe consumers and offsets that no longer exist; a report over the folder would join the
+    two runs' lines into one. Moved rather than deleted: they are still a report of that run."""
+    if not snap_dir.is_dir() or not any(snap_dir.iterdir()):
+        return None
+    dest = snap_dir.with_name(f"{snap_dir.name}.{time.strftime('%Y%m%d-%H%M%S')}")
+    n = 1
+    while dest.exists():
+        dest, n = dest.with_name(f"{snap_dir.name}.{time.strftime('%Y%m%d-%H%M%S')}-{n}"), n + 1
+    snap_dir.rename(dest)
+    return dest
 
 
 def _patch_json(url: str, body: dict) -> None:

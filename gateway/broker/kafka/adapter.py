@@ -78,6 +78,8 @@ class KafkaBroker(Broker):
         self._max_batch = max_batch
         self._produce_timeout_ms = produce_timeout_ms
         self._linger_ms = produce_linger_ms
+        #: The producer's per-record limit, named in the error of a record over it.
+        self._max_record_bytes = int(self._common.get("message.max.bytes", _MESSAGE_MAX_BYTES))
         self._executor = ThreadPoolExecutor(max_workers=pool_size + 2, thread_name_prefix="kafka")
         self._topics: dict[str, tuple[float, list[int]]] = {}
         self._running = False
@@ -442,7 +444,9 @@ class KafkaBroker(Broker):
                 if err is None:
                     r.queue, r.offset = str(msg.partition()), msg.offset()
                 else:
-                    r.error_code, r.error = _produce_error_code(err), err.str()
+                    r.error_code = _produce_error_code(err)
+                    r.error = _too_large(messages[i], None) if r.error_code == "message_too_large" \
+                        else err.str()
                 settle()
             return cb
 
@@ -472,7 +476,9 @@ class KafkaBroker(Broker):
                     await asyncio.sleep(0.005)  # local queue full: let the poll thread drain it
                 except KafkaException as e:
                     err = e.args[0]
-                    results[i].error_code, results[i].error = _produce_error_code(err), err.str()
+                    results[i].error_code = _produce_error_code(err)
+                    results[i].error = _too_large(m, self._max_record_bytes) \
+                        if results[i].error_code == "message_too_large" else err.str()
                     settle()
                     break
         await done
@@ -511,6 +517,22 @@ def _first_offset(res: RawRead) -> int:
 def _is_leader_change(err: KafkaError | None) -> bool:
     """Whether ListOffsets failed for a reason that a moment (and fresh metadata) cures."""
     return err is not None and (err.code() in _LEADER_CHANGE or bool(err.retriable()))
+
+
+#: librdkafka's default ``message.max.bytes``: the largest record the producer sends.
+_MESSAGE_MAX_BYTES = 1_000_000
+
+
+def _too_large(m: OutgoingMessage, limit: int | None) -> str:
+    """Say how large the record is and which limit it exceeds: the producer's (``limit``, refused
+    before sending) or, when the broker refused it (``limit`` None), the topic's."""
+    size = len(m.value or b"") + len(m.key or b"") + sum(len(k) + len(v) for k, v in m.headers)
+    if limit is not None:
+        return (f"record is {size:,} bytes (key, value and headers), over the limit of {limit:,} "
+                "bytes per record (librdkafka message.max.bytes; raise it with MQGW_KAFKA_CONFIG="
+                "message.max.bytes=N, and the topic's max.message.bytes on the broker with it)")
+    return (f"the broker refused a record of {size:,} bytes (key, value and headers) as too large: "
+            "over the topic's max.message.bytes (Apache Kafka's default is 1,048,588 bytes)")
 
 
 def _produce_error_code(err: KafkaError) -> str:
