@@ -48,6 +48,9 @@ RECHECK_S = 1.0
 IDLE_RECHECK_S = 5.0
 #: Each process re-announces the consumers it serves (for the all-consumer views) this often.
 SEEN_EVERY_MS = 60_000
+#: Entries a per-process memo keeps before it starts over (a memo saves Redis calls; losing it
+#: costs one call per key, so clearing beats tracking age).
+MEMO_MAX = 100_000
 
 _REFUSED: dict[str, tuple[type[DomainError], str]] = {
     "unregistered": (Forbidden, "consumer {g!r} is not registered "
@@ -187,6 +190,8 @@ class ConsumeService:
                     break
                 nothing.append(got)
                 if topic == retry and got.wake_ms < 0:  # nothing to retry until records come
+                    if len(self._retry_idle) >= MEMO_MAX:  # broadcast clientIds come and go
+                        self._retry_idle.clear()
                     self._retry_idle[(retry, p.group, p.client_id)] = self.wm.version(retry)
             else:
                 remaining = deadline - loop.time()
@@ -333,7 +338,7 @@ class ConsumeService:
         """List the consumer among those seen (once a minute per process) for the views."""
         now = now_ms()
         if now - self._seen.get(group, 0) >= SEEN_EVERY_MS:
-            if len(self._seen) >= 100_000:  # a memo, not a registry: start over rather than grow
+            if len(self._seen) >= MEMO_MAX:  # a memo, not a registry: start over rather than grow
                 self._seen.clear()
             self._seen[group] = now
             await self.store.mark_seen(group)
