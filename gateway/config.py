@@ -16,6 +16,50 @@ from typing import Any
 
 #: The default requestId signing key: public, so fit only for development (auth refuses it).
 DEV_HMAC_KEY = "mqgw-dev-key-change-me"
+#: Placeholder keys this repository has shipped in its deploy examples (deploy/, README.md).
+PLACEHOLDER_HMAC_KEYS = frozenset({DEV_HMAC_KEY, "replace-with-output-of-openssl-rand-hex-32"})
+#: A key containing one of these (in any case) was copied from an example, not generated.
+PLACEHOLDER_HMAC_MARKERS = ("change-me", "changeme", "replace", "example", "placeholder")
+#: Shorter keys are refused as typed by hand (`openssl rand -hex 32` gives 64 characters). 12,
+#: not more, so that short fixed test keys (tests/helpers.py: 13 characters) keep working.
+MIN_HMAC_KEY_BYTES = 12
+
+
+def hmac_key_problem(key: str) -> str | None:
+    """What makes ``key`` unfit to sign requestIds in production (one clause), or None.
+
+    Obvious placeholders only: the public development key, the placeholders of the deploy
+    examples, keys that say they are one, and keys too short to have been generated. A key
+    that passes is not thereby random; generate it (``openssl rand -hex 32``).
+    """
+    if key == DEV_HMAC_KEY:
+        return "MQGW_HMAC_KEY is the public default (the development key)"
+    if key in PLACEHOLDER_HMAC_KEYS:
+        return "MQGW_HMAC_KEY is the placeholder of the deploy examples"
+    lowered = key.lower()
+    for marker in PLACEHOLDER_HMAC_MARKERS:
+        if marker in lowered:
+            return f"MQGW_HMAC_KEY looks like a placeholder (it contains {marker!r})"
+    size = len(key.encode())
+    if size < MIN_HMAC_KEY_BYTES:
+        return f"MQGW_HMAC_KEY is too short ({size} bytes, at least {MIN_HMAC_KEY_BYTES})"
+    return None
+
+
+def hmac_key_refusal(settings: Settings) -> str | None:
+    """The one-line reason not to start with these settings' ``hmac_key``, or None to start.
+
+    With auth on a placeholder key is refused: API keys guard nothing if anyone can sign a
+    requestId that acks any offset range. With auth off anyone who reaches the port can do
+    anything anyway, so such a key (the development key of ``make run`` and the tests) is only
+    warned about (:func:`hmac_key_problem`). ``mqgw serve`` checks this before uvicorn starts;
+    the app checks it again at start-up for servers started otherwise.
+    """
+    problem = hmac_key_problem(settings.hmac_key)
+    if problem is None or not settings.auth:
+        return None
+    return (f"refusing to start: auth is on and {problem}; set MQGW_HMAC_KEY to a random secret "
+            "shared by all nodes (openssl rand -hex 32)")
 
 
 @dataclass(frozen=True, slots=True)

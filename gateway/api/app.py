@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from .. import broker as brokers
 from ..broker import Broker, BrokerUnavailable, UnknownTopic
-from ..config import DEV_HMAC_KEY, Settings, node_id
+from ..config import Settings, hmac_key_problem, hmac_key_refusal, node_id
 from ..core.auth import Authorizer, KeyStore
 from ..core.checkpoint import Checkpoints
 from ..core.consume import ConsumeService
@@ -70,10 +70,9 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if settings.auth and settings.hmac_key == DEV_HMAC_KEY:
-            # API keys guard nothing if anyone can sign a requestId that acks any offset range
-            raise RuntimeError("auth is on but MQGW_HMAC_KEY is the public default: set a secret "
-                               "shared by all nodes (e.g. openssl rand -hex 32)")
+        refusal = hmac_key_refusal(settings)  # `mqgw serve` checked it already; other servers
+        if refusal is not None:
+            raise RuntimeError(refusal)
         b = broker or brokers.create(settings)
         await b.start()
         store = OffsetStore.connect(settings.redis_url, settings.key_prefix,
@@ -87,8 +86,9 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
                                  on_ack=lambda r: metrics.acked(r.result.value),
                                  checkpoints=checkpoints)
         spec = _SPEC.read_bytes() if _SPEC.is_file() else b""
-        if settings.hmac_key == DEV_HMAC_KEY:  # only without auth (refused above)
-            log.warning("MQGW_HMAC_KEY is the public default: anyone can forge requestIds. "
+        key_problem = hmac_key_problem(settings.hmac_key)  # only without auth (refused above)
+        if key_problem is not None:
+            log.warning(f"{key_problem}: anyone can forge requestIds. "
                         "Set a secret key shared by all nodes.")
         if not settings.auth:
             log.warning("auth is off (MQGW_AUTH=false): anyone who reaches this port can produce, "
