@@ -9,11 +9,13 @@ import redis.asyncio as aioredis
 import redis.exceptions
 from redis.typing import EncodableT
 
-#: Unreachable, failing over, loading, read-only replica, cluster down: all "try again".
+#: Unreachable, failing over, loading, read-only replica, cluster down, full (``maxmemory`` with
+#: ``noeviction``, the setting the deploy files use: Redis refuses writes instead of evicting
+#: offsets): all "try again", a 503 rather than a 500, while an operator frees or adds memory.
 UNAVAILABLE: tuple[type[Exception], ...] = (
     redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
     redis.exceptions.ReadOnlyError, redis.exceptions.ClusterDownError,
-    redis.exceptions.TryAgainError,
+    redis.exceptions.TryAgainError, redis.exceptions.OutOfMemoryError,
 )
 
 
