@@ -195,11 +195,15 @@ class Settings:
         values: dict[str, Any] = {}
         path = env.get("MQGW_CONFIG")
         if path:
-            with open(path, "rb") as fh:
-                values.update(tomllib.load(fh).get("gateway", {}))
+            try:
+                with open(path, "rb") as fh:
+                    values.update(tomllib.load(fh).get("gateway", {}))
+            except (OSError, tomllib.TOMLDecodeError) as e:
+                raise SettingsError(f"MQGW_CONFIG={path}: {e}") from None
             unknown = set(values) - {f.name for f in fields(cls)}
             if unknown:
-                raise ValueError(f"{path}: unknown [gateway] setting(s): {', '.join(sorted(unknown))}")
+                raise SettingsError(f"{path}: unknown [gateway] setting(s): "
+                                    f"{', '.join(sorted(unknown))}")
         for f in fields(cls):
             for name in (f"MQGW_{f.name.upper()}", f.name.upper()):
                 if name in env and (name.startswith("MQGW_") or f.name in _BARE_ENV):
@@ -212,7 +216,8 @@ class Settings:
                 out[f.name] = _convert(f.name, f.type, raw)
         s = cls(**out)
         if s.start_position not in ("latest", "earliest"):
-            raise ValueError("start_position must be 'latest' or 'earliest'")
+            raise SettingsError("start_position (MQGW_START_POSITION) must be 'latest' or "
+                                f"'earliest', not {s.start_position!r}")
         return s
 
     def memory_topic_map(self) -> dict[str, int]:
@@ -229,17 +234,27 @@ class Settings:
         return {k.strip(): v.strip() for k, v in pairs}
 
 
+class SettingsError(ValueError):
+    """A setting that cannot be used: ``mqgw`` prints it as one line and exits 2 (a traceback
+    would hide the one sentence that matters)."""
+
+
 def _convert(name: str, kind: Any, raw: Any) -> Any:
+    where = f"{name} (MQGW_{name.upper()})"
     if kind in ("bool", bool):
         if isinstance(raw, bool):
             return raw
         text = str(raw).strip().lower()
         if text not in _BOOLS:
-            raise ValueError(f"{name} must be true or false, not {raw!r}")
+            raise SettingsError(f"{where} must be true or false, not {raw!r}")
         return _BOOLS[text]
-    if kind in ("float", float):
-        return float(raw)
-    return int(raw) if kind in ("int", int) else str(raw)
+    try:
+        if kind in ("float", float):
+            return float(raw)
+        return int(raw) if kind in ("int", int) else str(raw)
+    except (TypeError, ValueError):
+        number = "a number" if kind in ("float", float) else "an integer"
+        raise SettingsError(f"{where} must be {number}, not {raw!r}") from None
 
 
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True,

@@ -64,3 +64,21 @@ def test_a_record_over_the_limit_says_its_size_and_the_limit(api: Api, make_topi
     assert "1,500,000 bytes" in err["message"] and "1,000,000 bytes" in err["message"]
     assert "message.max.bytes" in err["message"]
     assert "offset" in body["results"][1]  # the other record of the request is written
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"MQGW_AUTH": "maybe"}, "auth (MQGW_AUTH) must be true or false, not 'maybe'"),
+    ({"MQGW_MAX_WAIT_MS": "30s"}, "max_wait_ms (MQGW_MAX_WAIT_MS) must be an integer, not '30s'"),
+    ({"MQGW_START_POSITION": "first"}, "start_position (MQGW_START_POSITION) must be 'latest'"),
+    ({"MQGW_CONFIG": "/nonexistent/gateway.toml"}, "MQGW_CONFIG=/nonexistent/gateway.toml"),
+])
+def test_a_bad_setting_is_one_plain_line_not_a_traceback(env: dict[str, str], says: str) -> None:
+    import os
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MQGW_")}
+    p = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", "1"], cwd=ROOT,
+                       env={**clean, **env}, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mqgw: bad setting: ") and says in lines[0], p.stderr

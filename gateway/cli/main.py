@@ -289,7 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     report_job.add_arguments(p)
     p.set_defaults(fn=report_job.run)
     args = ap.parse_args(argv)
-    return int(args.fn(args))
+    from ..config import SettingsError
+
+    try:
+        return int(args.fn(args))
+    except SettingsError as e:  # one line, not a traceback: see SettingsError
+        print(f"mqgw: bad setting: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
