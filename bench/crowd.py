@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
     env = {"MQGW_AUTH": "false", "MQGW_OPEN_MODE": "true", "MQGW_ACCESS_LOG": "false",
-           "MQGW_HMAC_KEY": "bench-crowd-key", **dict(kv.split("=", 1) for kv in args.gateway_env)}
+           "MQGW_HMAC_KEY": "bench-crowd-key-0123456789", **dict(kv.split("=", 1) for kv in args.gateway_env)}
     stack = Stack()
     try:
         rsvc = stack.add(devstack.start_redis())

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
     env = {"MQGW_AUTH": "false", "MQGW_OPEN_MODE": "true", "MQGW_ACCESS_LOG": "false",
-           "MQGW_HMAC_KEY": "bench-slow-key"}
+           "MQGW_HMAC_KEY": "bench-slow-key-0123456789"}
     stack = Stack()
     try:
         rsvc = stack.add(devstack.start_redis())

@@ -20,9 +20,9 @@ DEV_HMAC_KEY = "mqgw-dev-key-change-me"
 PLACEHOLDER_HMAC_KEYS = frozenset({DEV_HMAC_KEY, "replace-with-output-of-openssl-rand-hex-32"})
 #: A key containing one of these (in any case) was copied from an example, not generated.
 PLACEHOLDER_HMAC_MARKERS = ("change-me", "changeme", "replace", "example", "placeholder")
-#: Shorter keys are refused as typed by hand (`openssl rand -hex 32` gives 64 characters). 12,
-#: not more, so that short fixed test keys (tests/helpers.py: 13 characters) keep working.
-MIN_HMAC_KEY_BYTES = 12
+#: Shorter keys are refused as typed by hand (`openssl rand -hex 32` gives 64 characters): 16
+#: bytes are 128 bits, the size of the signature the key makes.
+MIN_HMAC_KEY_BYTES = 16
 
 
 def hmac_key_problem(key: str) -> str | None:

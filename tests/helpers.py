@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_BROKER = "kafka" if os.environ.get("KAFKA_BOOTSTRAP") else os.environ.get("MQGW_TEST_BROKER", "tansu")
 #: Tansu's offset defects (../shared/notes/test-brokers.md) are worked around only when this holds.
 ON_TANSU = TEST_BROKER == "tansu"
-HMAC_KEY = "test-hmac-key"
+HMAC_KEY = "test-hmac-key-0123456789"
 #: One TLS context for every client: the tests speak plain HTTP, and httpx would otherwise build
 #: (and load CA certificates into) a new one for each client, ~30 ms apiece.
 TLS = ssl.create_default_context()

@@ -696,7 +696,7 @@ def test_gateway_serve_metrics_and_json_logs(workers: int, redis_url: str, boots
     run_tmp.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     env.update({"MQGW_REDIS_URL": redis_url, "MQGW_KAFKA_BOOTSTRAP": bootstrap,
-                "MQGW_HMAC_KEY": "test-hmac-key", "MQGW_START_POSITION": "earliest",
+                "MQGW_HMAC_KEY": "test-hmac-key-0123456789", "MQGW_START_POSITION": "earliest",
                 "MQGW_OPEN_MODE": "true", "MQGW_AUTH": "false", "TMPDIR": str(run_tmp)})
     log = tmp_path / "serve.log"
     proc = _start([sys.executable, "-m", "gateway", "serve", "--port", str(port),
