@@ -17,7 +17,13 @@ workers' file limits and took a node offline for about 65 s. Its ``limit_concurr
   ``Connection: close`` at once, so the process keeps descriptors for the ones it serves;
 - **early answers close**: a response sent before its request's body was read whole (an early
   ``413``) says ``Connection: close`` and closes, since the unread rest of the body would
-  otherwise be parsed as the next request (a pipelined request after it got no answer).
+  otherwise be parsed as the next request (a pipelined request after it got no answer);
+- **upgrade offers declined**: a request offering a protocol upgrade uvicorn does not perform
+  (``Upgrade: h2c``, as Java's default ``HttpClient`` and ``curl --http2`` send on ``http://``)
+  is served whole as HTTP/1.1. httptools tells llhttp that an upgrade request has no body, so
+  uvicorn handed the application an empty body and dropped the body's bytes (a produce got
+  ``400``). RFC 9110 §7.8 lets a server ignore ``Upgrade``: the request is parsed again without
+  its upgrade offer, body included.
 
 A timed-out head gets ``408`` and a close; a timed-out body only a close (the application may be
 answering it). Long polls are not affected: once a request has arrived whole, it may take as long
@@ -34,6 +40,7 @@ import time
 from functools import cache
 from typing import Any
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..config import Settings
@@ -143,6 +150,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._due = 0.0  # loop time the current head or body must have arrived by (if armed)
         self._on_due: Any = None
         self._lingering = False
+        self._declined: bytes | None = None  # the head to parse again, its upgrade offer removed
 
     # -- connection ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -181,12 +189,46 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             return  # refused at connection_made: uvicorn never saw it
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        """uvicorn's, but a declined upgrade offer is parsed again without the offer, followed by
+        the bytes after the head (its body and any pipelined requests). A copy rather than a
+        wrapper: uvicorn catches the parser's upgrade signal inside its own, and a wrapper would
+        cost every read a Python call."""
+        self._unset_keepalive_if_required()
+        while True:
+            try:
+                self.parser.feed_data(data)
+                return
+            except httptools.HttpParserError:
+                msg = "Invalid HTTP request received."
+                self.logger.warning(msg)
+                self.send_400_response(msg)
+                return
+            except httptools.HttpParserUpgrade as exc:
+                head, self._declined = self._declined, None
+                if head is None:  # a websocket, or CONNECT: as uvicorn does
+                    if self._should_upgrade():
+                        self.handle_websocket_upgrade()
+                    else:
+                        self._unsupported_upgrade_warning()
+                    return
+                # Ends: the head parsed again has no Upgrade header, so it is no upgrade.
+                data = head + data[exc.args[0]:]
+
     # -- request phases -----------------------------------------------------------------------
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._arm(self._header_s, self._head_timed_out)
 
     def on_headers_complete(self) -> None:
+        parser = self.parser
+        if parser.should_upgrade() and parser.get_method() != b"CONNECT" \
+                and not self._should_upgrade():
+            # An upgrade offer (h2c, or a websocket without a websocket library): llhttp now
+            # skips the body and stops at the head's end; data_received parses it again.
+            self._declined = _plain_head(parser.get_method(), self.url, parser.get_http_version(),
+                                         self.headers)
+            return
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None:
@@ -221,7 +263,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._disarm()
-        super().on_message_complete()
+        if self._declined is None:  # else: the declined parse's end; no request was started
+            super().on_message_complete()
 
     def _close_lingering(self) -> None:
         """End the connection after LINGER_S, discarding what still arrives meanwhile."""
@@ -278,6 +321,27 @@ def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
 
 
 _BODY_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
+
+
+def _plain_head(method: bytes, url: bytes, version: str, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The request head without its upgrade offer: no ``Upgrade`` or ``HTTP2-Settings`` header,
+    no ``upgrade`` or ``http2-settings`` token in ``Connection`` (dropped when nothing is left).
+    Framing (``Content-Length``, ``Transfer-Encoding``) and every other header stay as sent."""
+    lines = [method + b" " + url + b" HTTP/" + version.encode() + b"\r\n"]
+    for name, value in headers:
+        if name in _OFFER_HEADERS:
+            continue
+        if name == b"connection":
+            tokens = [t.strip() for t in value.split(b",")]
+            value = b", ".join(t for t in tokens if t and t.lower() not in _OFFER_HEADERS)
+            if not value:
+                continue
+        lines.append(name + b": " + value + b"\r\n")
+    return b"".join(lines) + b"\r\n"
+
+
+#: What an upgrade offer adds to a request (RFC 9110 §7.8; RFC 7540 §3.2 for h2c).
+_OFFER_HEADERS = frozenset({b"upgrade", b"http2-settings"})
 
 
 _last_refusal_log = 0.0

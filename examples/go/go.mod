@@ -1,0 +1,3 @@
+module example.com/mqgw-examples
+
+go 1.18
