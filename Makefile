@@ -33,6 +33,15 @@ test-deps: deps
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing chromium (Debian package; tests render the lag report with it)"; \
 	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq chromium >/dev/null; }
+	@command -v node >/dev/null 2>&1 || { \
+	  echo "installing nodejs (Debian package; the tests run the JavaScript client examples)"; \
+	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq nodejs >/dev/null; }
+	@command -v javac >/dev/null 2>&1 || { \
+	  echo "installing a JDK (Debian package; the tests compile the Java client examples)"; \
+	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq openjdk-17-jdk-headless >/dev/null; }
+	@command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || { \
+	  echo "installing Go (Debian package; the tests build the Go client examples)"; \
+	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq golang-go >/dev/null; }
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
