@@ -184,11 +184,13 @@ QUEUES = {
                                           consumption_rate=6.0, drain_s=988.0,
                                           drain_status="draining", span_s=512.0, samples=9,
                                           mode="broadcast"),
-    ("fanout", "c0", "audit", "0"): dict(lag=0, production_rate=0.0, consumption_rate=0.0,
+    # production is the partition's (audit/0: 4 msg/s, from c1's offsets), whatever offsets
+    # this reader's own rows carry
+    ("fanout", "c0", "audit", "0"): dict(lag=0, production_rate=4.0, consumption_rate=0.0,
                                           drain_status="drained", stalled_s=0.0, stuck=False),
     ("fanout", "c3", "audit", "0"): dict(lag=500, stalled_s=960.0, samples=16, gone=True,
                                           drain_status="never"),
-    ("sleepy", "", "audit", "0"): dict(lag=0, production_rate=0.0, consumption_rate=0.0,
+    ("sleepy", "", "audit", "0"): dict(lag=0, production_rate=4.0, consumption_rate=0.0,
                                         last_access_ms=None, mode="cluster"),
     ("edge", "", "audit", "1"): dict(lag=0, last_access_ms=END_MS - 3_600_000, last_poll_ms=None,
                                       last_seen_ms=END_MS - 3_600_000),
@@ -288,6 +290,11 @@ def test_queue_figures(local_report: Path) -> None:
     # the reset: committed went back 4000; rate from positive increments only, over the window
     r = rows[("resetter", "", "events", "1")]
     assert r["consumption_rate"] == 9920 * 1000.0 / 2_048_000 > 0
+    # production is a property of the partition: one figure for all of its readers
+    by_part: dict[tuple, set] = {}
+    for (_, _, topic, queue), r in rows.items():
+        by_part.setdefault((topic, queue), set()).add(r["production_rate"])
+    assert all(len(v) == 1 for v in by_part.values()), by_part
     # every queue's time to drain follows the formula
     for r in rows.values():
         if r["drain_status"] == "draining":
@@ -342,7 +349,7 @@ def test_outputs_and_summary(local_report: Path) -> None:
     # c3 is gone: in the queue count, but not in consumers, stuck or never draining
     assert s["counts"] == {"rows": 16 * 33 - 16 - 24 - 17, "queues": 16, "gone": 1,
                            "samples": 33, "consumers": 11, "topics": 3, "stuck": 3, "idle": 2,
-                           "never": 6}
+                           "never": 6, "behind": 2}  # behind production: stuck, resetter
     assert s["window"]["first_sample"] == "2024-05-01T23:30:00.000Z"
     assert s["window"]["last_sample"] == "2024-05-02T00:04:08.000Z"
     assert s["window"]["span_s"] == 2048.0
@@ -357,6 +364,9 @@ def test_outputs_and_summary(local_report: Path) -> None:
     for b in imgs:
         assert base64.b64decode(b)[:8] == b"\x89PNG\r\n\x1a\n"
     assert page.index("Stuck queues") < page.index("Top 3 consumers")
+    # production per topic, consumption per consumer: never "all consumers" summed beside it
+    assert "Behind production · per consumer" in page and "Produced · per topic" in page
+    assert "all consumers" not in page
 
 
 # -- Chromium --------------------------------------------------------------------------------------

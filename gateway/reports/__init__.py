@@ -2,6 +2,9 @@
 
 - :mod:`gateway.reports.job`: the ``mqgw report`` command (also a ``spark-submit`` script).
 - :mod:`gateway.reports.metrics`: the Spark computations (built-in SQL and window functions only).
+- :mod:`gateway.reports.figures`: what each chart shows (from the job's result), and
+  :mod:`gateway.reports.buckets`: the heat map's time buckets (a real gap vs jitter).
+- :mod:`gateway.reports.rates`: each consumer against the production of the topics it reads.
 - :mod:`gateway.reports.charts`, :mod:`gateway.reports.render`: PNG charts and the HTML page.
 - :mod:`gateway.reports.synth`: the input schema and synthetic snapshot writers (tests, bench).
 

@@ -1,12 +1,19 @@
-"""PNG charts for the report (matplotlib, Agg backend, no pyplot state). Each returns PNG bytes."""
+"""PNG charts for the report (matplotlib, Agg backend, no pyplot state).
+
+Each chart returns a :class:`Chart`: the PNG and where its labels landed, in pixels, so that a test
+(and ``summary.json``) can tell that every series is named and that no two names overlap. Charts
+that would carry more series than a reader can tell apart are drawn as small multiples (one panel
+per series) or as one labelled row per series, never as a tangle of lines or a cloud of dots.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import io
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import matplotlib
 
@@ -14,11 +21,11 @@ matplotlib.use("Agg")
 
 import matplotlib.dates as mdates
 from matplotlib import colormaps
-from matplotlib.colors import ListedColormap, LogNorm
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.text import Text
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
 
 DPI = 100
 INK, MUTED, GRID = "#1f2937", "#6b7280", "#e5e7eb"
@@ -69,13 +76,40 @@ def _time_axis(ax) -> None:
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc, tz=UTC))
 
 
-def _png(fig: Figure) -> bytes:
+#: A label as drawn: its text and box (x0, y0, x1, y1) in pixels from the image's top left.
+Label = tuple[str, float, float, float, float]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A rendered chart: PNG bytes, its size in pixels and the boxes of its series labels."""
+
+    png: bytes
+    size: tuple[int, int]
+    labels: list[Label] = field(default_factory=list)
+
+
+def _render(fig: Figure, texts: Sequence[Text] = (), ticks_of: Any = None) -> Chart:
+    """Draw once (constrained layout settles), measure the labels (``texts`` and the y tick labels
+    of the axes ``ticks_of``, read after drawing, which may replace them), then write the PNG."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    height = fig.bbox.height
+    labels: list[Label] = []
+    ticks = list(ticks_of.get_yticklabels()) if ticks_of is not None else []
+    for t in [*ticks, *texts]:
+        if not t.get_visible() or not t.get_text():
+            continue
+        b = t.get_window_extent(renderer)
+        labels.append((t.get_text(), round(float(b.x0), 1), round(float(height - b.y1), 1),
+                       round(float(b.x1), 1), round(float(height - b.y0), 1)))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, facecolor="white")
-    return buf.getvalue()
+    return Chart(buf.getvalue(), (round(fig.bbox.width), round(height)), labels)
 
 
-def total_lag(t_ms: Sequence[int], lag: Sequence[float], behind: Sequence[int]) -> bytes:
+def total_lag(t_ms: Sequence[int], lag: Sequence[float], behind: Sequence[int]) -> Chart:
     """Total lag over time (area), with the number of queues behind on a second axis."""
     fig = _figure(12, 3.0)
     ax = fig.subplots()
@@ -98,72 +132,126 @@ def total_lag(t_ms: Sequence[int], lag: Sequence[float], behind: Sequence[int]) 
     lines = ax.get_lines() + ax2.get_lines()
     ax.legend(lines, [str(ln.get_label()) for ln in lines], loc="lower left", bbox_to_anchor=(0, 1.0),
               ncol=2, frameon=False, fontsize=9, borderaxespad=0.2)
-    return _png(fig)
+    return _render(fig)
 
 
-def top_lag(series: Mapping[str, tuple[Sequence[int], Sequence[float]]]) -> bytes:
-    """Lag over time, one line per consumer (label -> (t_ms, lag)), in ranking order."""
-    fig = _figure(12, 4.6)
+class Panel(NamedTuple):
+    """One consumer's panel in :func:`top_lag`."""
+
+    title: str  # "1. consumer-a / client"
+    note: str  # "31.7k ▲ +1.55/s": lag now and its trend
+    growing: bool  # the trend is up: the note is red
+    t_ms: Sequence[int]
+    lag: Sequence[float]
+
+
+PANEL_COLUMNS = 4
+TITLE_CHARS = 30  # a panel's title is cut to this (the table under the chart has full names)
+
+
+def top_lag(panels: Sequence[Panel]) -> Chart:
+    """Small multiples: lag over time, one panel per consumer in ranking order, each on its own
+    scale (one line per consumer on a shared axis put 7 of 9 lines on top of each other) and named
+    above its panel with its current lag and trend."""
+    n = len(panels)
+    ncols = min(PANEL_COLUMNS, n)
+    nrows = math.ceil(n / ncols)
+    fig = _figure(12, 1.7 * nrows + 0.3)
+    axes = fig.subplots(nrows, ncols, sharex=True, squeeze=False).ravel()
+    texts: list[Text] = []
+    for i, ax in enumerate(axes):
+        if i >= n:
+            ax.set_visible(False)
+            if i - ncols >= 0:  # the panel above ends its column: it shows the time axis
+                axes[i - ncols].xaxis.set_tick_params(labelbottom=True)
+            continue
+        p = panels[i]
+        x = _times(p.t_ms)
+        color = BAD if p.growing else "#2563eb"
+        ax.fill_between(x, p.lag, color=color, alpha=0.14, linewidth=0)
+        ax.plot(x, p.lag, color=color, linewidth=1.6, marker="o" if len(x) < 3 else None,
+                markersize=3)
+        _style(ax)
+        ax.tick_params(labelsize=8)
+        ax.yaxis.set_major_locator(MaxNLocator(3))
+        ax.yaxis.set_major_formatter(_HUMAN)
+        ax.set_ylim(bottom=0)
+        # the name, and under it the lag now and its trend: stacked, so a long name never runs
+        # into the figures (side by side they collided in a 300 px panel)
+        texts.append(ax.set_title(_short(p.title, TITLE_CHARS), loc="left", fontsize=9.5,
+                                  fontweight="bold", color=INK, pad=18))
+        texts.append(ax.annotate(p.note, (0, 1), xycoords="axes fraction", xytext=(0, 3),
+                                 textcoords="offset points", va="bottom", ha="left", fontsize=9,
+                                 color=BAD if p.growing else GOOD))
+    loc = mdates.AutoDateLocator(tz=UTC, minticks=2, maxticks=4)
+    axes[0].xaxis.set_major_locator(loc)  # shared: one locator and formatter for every panel
+    axes[0].xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc, tz=UTC, show_offset=False))
+    return _render(fig, texts)
+
+
+class RateRow(NamedTuple):
+    """One consumer in :func:`consumer_rates`."""
+
+    name: str  # "consumer-a / client"
+    topics: str  # "orders" or "orders +2"
+    consumed: float | None  # messages/s, this consumer
+    produced: float | None  # messages/s, the topics (partitions) it reads
+    lag: int
+
+
+RATE_CAP = 2.0  # the ratio axis ends at 200%: "far faster than production" needs no more
+
+
+def consumer_rates(rows: Sequence[RateRow]) -> Chart:
+    """One labelled row per consumer: its consumption as a share of the production of the topics
+    it reads (100% = keeps up), red when it has lag and is slower, with both rates written out.
+
+    A ratio, not two bars on one axis: rates from 0.1/s to 10,000/s side by side left every small
+    consumer as an unreadable dot at zero."""
+    n = len(rows)
+    fig = _figure(12, 0.3 * n + 1.25)
     ax = fig.subplots()
-    colors: Sequence[Any] = cast(Sequence[Any], cast(ListedColormap, colormaps["tab10"]).colors)
-    for i, (label, (t, lag)) in enumerate(series.items()):
-        ax.plot(_times(t), lag, color=colors[i % len(colors)], linewidth=1.8,
-                marker="o" if len(t) < 3 else None, label=f"{i + 1}. {label}")
-    _style(ax, "lag (messages)")
-    ax.yaxis.set_major_formatter(_HUMAN)
-    ax.set_ylim(bottom=0)
-    _time_axis(ax)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=9,
-              title="rank. consumer", title_fontsize=9, alignment="left")
-    return _png(fig)
-
-
-def topic_rates(topics: Sequence[Mapping], readers: Mapping[tuple[str, str], Sequence[Mapping]],
-                unit: str = "messages/s") -> bytes:
-    """Per topic: the production rate (bar) and each reader's consumption rate (dot: green when
-    it consumes at least as fast as the partitions it reads are produced, red when slower)."""
-    n = len(topics)
-    fig = _figure(12, max(2.2, 0.55 * n + 1.3))
-    ax = fig.subplots()
-    labels = [t["topic"] if t.get("broker") in (None, "", "kafka")
-              else f"{t['broker']}:{t['topic']}" for t in topics]
-    ys = list(range(n))[::-1]  # the first topic on top
-    prods = [t["production_rate"] or 0.0 for t in topics]
-    ax.barh(ys, prods, height=0.6, color=PROD, zorder=2)
-    top = max([*prods, 0.0])
-    for y, t in zip(ys, topics, strict=True):
-        rs = readers.get((t["broker"], t["topic"]), [])
-        cs = [r["consumption_rate"] or 0.0 for r in rs]
-        top = max([top, *cs])
-        ax.scatter(cs, [y] * len(cs), s=46, zorder=3, edgecolors="white", linewidths=0.8,
-                   c=[GOOD if _keeps_up(r) else BAD for r in rs])
-        slow = sorted((r for r in rs if not _keeps_up(r)), key=lambda r: -(r.get("lag") or 0))
-        for r in slow[:1]:  # name the reader that falls behind with the most lag
-            name = r["consumer"] + (f"/{r['client_id']}" if r.get("client_id") else "")
-            # from the dot rightwards: centred, a name near zero ran into the axis
-            ax.annotate(_short(name, 28), (r["consumption_rate"] or 0.0, y), xytext=(-4, -13),
-                        textcoords="offset points", ha="left", fontsize=7.5, color=BAD)
-    for y, p in zip(ys, prods, strict=True):
-        ax.text(p + top * 0.01, y + 0.32, f"{human(p)}/s produced", fontsize=8, color=MUTED,
-                va="center")
-    ax.set_yticks(ys, labels)
-    ax.set_xlim(0, top * 1.18 if top > 0 else 1)
+    ys = list(range(n))[::-1]  # the first row on top
+    ratios, colors, notes = [], [], []
+    for r in rows:
+        c, p = r.consumed or 0.0, r.produced or 0.0
+        ratio = (c / p) if p > 0 else (RATE_CAP if c > 0 else 1.0)
+        ratios.append(min(ratio, RATE_CAP))
+        colors.append(GOOD if _keeps_up(r._asdict() | {"consumption_rate": r.consumed,
+                                                       "production_rate": r.produced}) else BAD)
+        notes.append(f"{_rate(r.consumed)} of {_rate(r.produced)}/s"
+                     + (f" · lag {human(r.lag)}" if r.lag else ""))
+    ax.barh(ys, ratios, height=0.62, color=colors, zorder=2)
+    ax.axvline(1.0, color=INK, linewidth=1.2, zorder=3)
+    ax.set_xlim(0, RATE_CAP * 1.02)
+    ax.xaxis.set_major_locator(FixedLocator([0, 0.5, 1.0, 1.5, 2.0]))
+    ax.xaxis.set_major_formatter(FuncFormatter(
+        lambda v, _pos: "≥ 200%" if v >= RATE_CAP else f"{v:.0%}"))
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_yticks(ys, [_short(f"{r.name} · {r.topics}", 46) for r in rows], fontsize=9)
+    texts: list[Text] = []
+    for y, note, color in zip(ys, notes, colors, strict=True):
+        # right of the plot, in a column of their own: never on a bar, never on each other
+        texts.append(ax.annotate(note, (1.0, y), xycoords=("axes fraction", "data"),
+                                 xytext=(6, 0), textcoords="offset points", va="center",
+                                 fontsize=8.5, color=INK if color == GOOD else BAD))
     _style(ax)
     ax.grid(False, axis="y")
-    ax.set_xlabel(unit, color=MUTED, fontsize=10)
-    ax.xaxis.set_major_formatter(_HUMAN)
-    ax.legend(handles=[
-        Patch(color=PROD, label="production rate"),
-        Line2D([], [], marker="o", linestyle="", color=GOOD, label="a reader keeping up"),
-        Line2D([], [], marker="o", linestyle="", color=BAD,
-               label="a reader with lag, slower than its partitions are produced"),
-    ], loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, frameon=False, fontsize=9,
-        borderaxespad=0.3)  # above the plot: inside, it hid the bottom bars' labels
-    return _png(fig)
+    ax.set_xlabel("consumed ÷ produced: this consumer's rate ÷ the production of the topics it "
+                  "reads (100% keeps up)", color=MUTED, fontsize=9.5)
+    ax.text(1.0, n - 0.4, " = production", color=INK, fontsize=8, va="bottom", ha="left")
+    return _render(fig, texts, ticks_of=ax)
+
+
+def _rate(v: float | None) -> str:
+    if v is None:
+        return "—"
+    a = abs(v)
+    return f"{v:,.0f}" if a >= 100 else f"{v:,.1f}" if a >= 10 else f"{v:,.2f}"
 
 
 def lag_heatmap(labels: Sequence[str], start_ms: int, bucket_ms: int,
-                grid: Sequence[Sequence[float]]) -> bytes:
+                grid: Sequence[Sequence[float]]) -> Chart:
     """Queues (rows, highest current lag first) x time buckets; colour = highest lag in the
     bucket on a log scale; white = no lag, grey = no sample."""
     import numpy as np
@@ -190,10 +278,10 @@ def lag_heatmap(labels: Sequence[str], start_ms: int, bucket_ms: int,
     cb.set_label("lag (messages, log scale)", color=MUTED, fontsize=9)
     cb.ax.yaxis.set_major_formatter(_HUMAN)
     cb.ax.tick_params(labelsize=8)
-    return _png(fig)
+    return _render(fig, ticks_of=ax)
 
 
-def _keeps_up(r: Mapping) -> bool:
+def _keeps_up(r: dict[str, Any]) -> bool:
     c, p = r.get("consumption_rate"), r.get("production_rate")
     if c is None or p is None:
         return not r.get("lag")
@@ -202,14 +290,3 @@ def _keeps_up(r: Mapping) -> bool:
 
 def _short(s: str, n: int) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def bucket_grid(series: Sequence[tuple[int, float]], start_ms: int, bucket_ms: int,
-                cols: int) -> list[float]:
-    """(t_ms, lag) points -> one value per bucket (NaN where the bucket has no sample)."""
-    row = [math.nan] * cols
-    for t, v in series:
-        i = (t - start_ms) // bucket_ms
-        if 0 <= i < cols:
-            row[i] = v if math.isnan(row[i]) else max(row[i], v)
-    return row

@@ -47,7 +47,7 @@ TABLES = ("queues", "consumers", "topics", "stuck", "idle", "top")
 LINE_POINTS = 300  # at most this many points per line in the time charts
 HEAT_COLUMNS = 120  # at most this many time buckets in the heat map
 HEAT_ROWS = 30  # queues in the heat map
-TOPIC_ROWS = 15  # topics in the production/consumption chart
+RETIRED_CHARTS = ("topics",)  # charts/*.png of older versions, removed from an --out reused
 
 
 def parse_time(text: str) -> int:
@@ -148,8 +148,9 @@ def _session(args: argparse.Namespace):
         b = b.master("local[*]")
     if not submitted:
         b = b.config("spark.driver.memory", args.driver_memory)
-    if (args.master or "local").startswith("local") and not submitted and \
-            "SPARK_LOCAL_IP" not in os.environ:  # one process: no reason to listen beyond loopback
+    loopback = (args.master or "local").startswith("local") and not submitted and \
+        "SPARK_LOCAL_IP" not in os.environ  # one process: no reason to listen beyond loopback
+    if loopback:
         b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     for k, v in M.SPARK_CONF.items():
         b = b.config(k, v)
@@ -158,7 +159,7 @@ def _session(args: argparse.Namespace):
         if not sep:
             raise SystemExit(f"mqgw report: --conf wants KEY=VALUE, not {kv!r}")
         b = b.config(k.strip(), v.strip())
-    spark = b.getOrCreate()
+    spark = _start(b, loopback)
     sc = spark.sparkContext
     sc.setLogLevel(args.log_level)
     if (sc.master or "").startswith("local") and not sc.getConf().contains("spark.sql.shuffle.partitions"):
@@ -169,10 +170,26 @@ def _session(args: argparse.Namespace):
     return spark
 
 
+def _start(builder, loopback: bool):
+    """Start the JVM. With a local master, SPARK_LOCAL_IP=127.0.0.1 in its environment: the JVM
+    reads its own address from that variable before any setting, and without it warns, on a host
+    whose name resolves to 127.0.x.x, "Your hostname ... resolves to a loopback address ... Set
+    SPARK_LOCAL_IP", which is right for a cluster and noise for one process on one machine.
+    The variable is set only while the JVM starts (it inherits it), then restored."""
+    if not loopback:
+        return builder.getOrCreate()
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    try:
+        return builder.getOrCreate()
+    finally:
+        os.environ.pop("SPARK_LOCAL_IP", None)
+
+
 def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
     """Run the Spark part; returns the tables (pyarrow), the chart series and the summary."""
     from pyspark.sql import functions as F
 
+    from gateway.reports import figures, rates
     from gateway.reports import metrics as M
 
     clock = _Clock()
@@ -212,8 +229,11 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
     lean = rows.select(*M.KEY, "t_ms", "lag").persist()
     total = M.total_lag_series(lean, first_ms, line_ms).toArrow().to_pylist()
     clock("series_total")
-    gaps = [b2["t_ms"] - a["t_ms"] for a, b2 in itertools.pairwise(total)]
-    interval = statistics.median(gaps) if gaps else 1
+    interval = M.sample_interval_ms(lean)
+    if interval is None:  # a single sample time
+        gaps = [b2["t_ms"] - a["t_ms"] for a, b2 in itertools.pairwise(total)]
+        interval = statistics.median(gaps) if gaps else 1
+    clock("sample_interval")
     heat_ms = max(math.ceil(span / HEAT_COLUMNS), int(interval), 1)
     top_series = M.consumer_lag_series(lean, dfs["top"], first_ms, line_ms).toArrow().to_pylist() \
         if tables["top"].num_rows else []
@@ -225,6 +245,9 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
     clock("series_heat")
     for df in (lean, consumers, queues):
         df.unpersist()
+    result_heat = {"first_ms": first_ms, "heat_ms": heat_ms, "span_ms": span, "heat": heat,
+                   "heat_rows": heat_rows, "interval_ms": interval}
+    heat_grid = figures.heat_grid(result_heat)
 
     q = tables["queues"]
     counts = {
@@ -237,6 +260,8 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
         "never": sum(1 for s, g in zip(q.column("drain_status").to_pylist(),
                                        q.column("gone").to_pylist(), strict=True)
                      if s == "never" and not g),
+        # consumers/clientIds with lag that read slower than their topics are produced
+        "behind": sum(1 for r in tables["consumers"].to_pylist() if rates.behind(r)),
     }
     topics = tables["topics"]
     totals = {
@@ -257,15 +282,14 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
         "totals": totals,
         "buckets": {"line_s": line_ms / 1000, "heat_s": heat_ms / 1000,
                     "sample_interval_s": interval / 1000},
-        "heatmap": {"rows": len(heat_rows)},
+        "heatmap": figures.heat_summary(result_heat, heat_grid[1]),
         "timings_s": clock.laps,
         "top": _jsonable(tables["top"].to_pylist()),
         "stuck": _jsonable(tables["stuck"].to_pylist()[:100]),
         "idle": _jsonable(tables["idle"].to_pylist()[:100]),
     }
     return {"tables": tables, "summary": summary, "readers": readers, "total": total,
-            "top_series": top_series, "heat": heat, "heat_rows": heat_rows,
-            "first_ms": first_ms, "heat_ms": heat_ms, "span_ms": span}
+            "top_series": top_series, **result_heat, "heat_grid": heat_grid}
 
 
 class _Clock:
@@ -307,71 +331,35 @@ def _jsonable(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _label(r: dict) -> str:
-    return r["consumer"] + (f" / {r['client_id']}" if r["client_id"] else "")
-
-
-def _charts(result: dict[str, Any]) -> dict[str, bytes | None]:
-    from gateway.reports import charts as C
-
-    t = result["tables"]
-    out: dict[str, bytes | None] = {}
-    total = result["total"]
-    out["total_lag"] = C.total_lag([r["t_ms"] for r in total], [r["lag"] for r in total],
-                                   [r["queues_behind"] for r in total]) if total else None
-    series: dict[str, tuple[list[int], list[float]]] = {}
-    for r in t["top"].to_pylist():
-        series[_label(r)] = ([], [])
-    for r in result["top_series"]:
-        xs, ys = series[_label(r)]
-        xs.append(r["t_ms"])
-        ys.append(r["lag"])
-    out["top_lag"] = C.top_lag(series) if series else None
-    topics = t["topics"].to_pylist()[:TOPIC_ROWS]
-    readers: dict[tuple[str, str], list[dict]] = {}
-    for r in result["readers"]:
-        readers.setdefault((r["broker"], r["topic"]), []).append(r)
-    out["topics"] = C.topic_rates(topics, readers) if topics else None
-    if result["heat_rows"]:
-        first, step = result["first_ms"], result["heat_ms"]
-        cols = result["span_ms"] // step + 1
-        points: dict[tuple, list[tuple[int, float]]] = {}
-        for r in result["heat"]:
-            points.setdefault(tuple(r[k] for k in ("consumer", "client_id", "broker", "topic",
-                                                   "queue")), []).append((r["t_ms"], r["lag"]))
-        labels, grid = [], []
-        for r in result["heat_rows"]:
-            k = (r["consumer"], r["client_id"], r["broker"], r["topic"], r["queue"])
-            labels.append(f"{_label(r)} · {r['topic']}[{r['queue']}]")
-            grid.append(C.bucket_grid(points.get(k, []), first, step, cols))
-        out["heatmap"] = C.lag_heatmap(labels, first, step, grid)
-    else:
-        out["heatmap"] = None
-    return out
-
-
 def write(out: Path, result: dict[str, Any]) -> None:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from gateway.reports import render
+    from gateway.reports import figures, render
 
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     for name, t in result["tables"].items():
         _atomic(out / f"{name}.parquet", lambda p, t=t: pq.write_table(t, p))
         _atomic(out / f"{name}.csv", lambda p, t=t: pacsv.write_csv(t, p))
-    charts = _charts(result)
+    charts = figures.charts(result)
     (out / "charts").mkdir(exist_ok=True)
-    for name, png in charts.items():
-        if png:
-            _atomic(out / "charts" / f"{name}.png", lambda p, png=png: Path(p).write_bytes(png))
+    for name, chart in charts.items():
+        if chart:
+            _atomic(out / "charts" / f"{name}.png",
+                    lambda p, png=chart.png: Path(p).write_bytes(png))
         else:  # no such chart this time: an earlier run's must not pass for this one's
             (out / "charts" / f"{name}.png").unlink(missing_ok=True)
+    for name in RETIRED_CHARTS:  # drawn by an older version: not this run's
+        (out / "charts" / f"{name}.png").unlink(missing_ok=True)
+    result["summary"]["charts"] = figures.layout(charts)
     result["summary"].setdefault("timings_s", {})["tables_and_charts"] = \
         round(time.perf_counter() - t0, 3)
-    tables = {k: result["tables"][k].to_pylist() for k in ("stuck", "top", "topics", "idle")}
-    page = render.page(result["summary"], tables, charts)
+    tables = {k: result["tables"][k].to_pylist()
+              for k in ("stuck", "top", "topics", "idle", "consumers")}
+    tables["readers"] = result["readers"]
+    page = render.page(result["summary"], tables,
+                       {k: (c.png if c else None) for k, c in charts.items()})
     _atomic(out / "report.html", lambda p: Path(p).write_text(page, encoding="utf-8"))
     _atomic(out / "summary.json",
             lambda p: Path(p).write_text(json.dumps(result["summary"], indent=2, default=str)

@@ -13,8 +13,15 @@ Definitions (a *queue* is one (consumer, client_id, broker, topic, queue) series
   offset back contributes 0 for that interval (no negative rate), and the messages read again
   afterwards count as consumed (they were delivered again). A reset *forward* cannot be told apart
   from fast consumption and is counted.
-- ``production_rate`` (messages/s): the same sum over max_offset (which never decreases, so it is
-  last - first) divided by the span.
+- ``production_rate`` (messages/s): a property of the *partition*, the same for every consumer
+  that reads it, so one topic never shows two production figures. The partition's high watermark
+  at a sample time is the highest ``max_offset`` / ``high_watermark`` of any of its rows then (the
+  snapshotter writes max(the gateway's max offset, the listed watermark) for every reader); the
+  rate is the sum of its positive increments between the partition's consecutive sample times,
+  divided by the partition's span (its first to last sample time in the window, whoever's rows
+  they were). A consumer's production is the sum over the partitions it reads, a topic's over its
+  partitions: for a consumer that reads every partition, the same figure. ``produced`` stays the
+  queue's own count (its max offset's positive increments over its own span).
 - Both rates are null when the span is 0 (a single sample).
 - ``drain_s`` = lag / (consumption_rate - production_rate) seconds; ``drain_status`` is
   ``drained`` (lag 0, drain_s 0), ``draining`` (consumption faster), ``never`` (lag > 0 and
@@ -112,8 +119,44 @@ def read_samples(spark: SparkSession, path: str, since_ms: int | None = None,
     ).where(F.col("ts").isNotNull())
 
 
+PARTITION = ["broker", "topic", "queue"]
+
+
+def partition_production(rows: DataFrame) -> DataFrame:
+    """One row per partition (broker, topic, queue): ``production_rate`` from its high watermark
+    over the window (see the module docstring), whichever consumers' rows carried it.
+
+    Computed from every reader's rows together, not per queue: a consumer sampled over part of the
+    window (it appeared late, or is sampled by another snapshotter at other times) must not see
+    another production rate for the same topic than its neighbour."""
+    mark = F.greatest(F.col("max_offset"), F.coalesce(F.col("high_watermark"), F.col("max_offset")))
+    per_time = rows.groupBy(*PARTITION, "t_ms").agg(F.max(mark).alias("hw"))
+    w = Window.partitionBy(*PARTITION).orderBy("t_ms")
+    steps = per_time.select(*PARTITION, "t_ms", (F.col("hw") - F.lag("hw").over(w)).alias("d"))
+    g = steps.groupBy(*PARTITION).agg(
+        F.min("t_ms").alias("p_first_ms"), F.max("t_ms").alias("p_last_ms"),
+        F.sum(F.greatest(F.col("d"), F.lit(0))).alias("p_produced"))
+    span_ms = F.col("p_last_ms") - F.col("p_first_ms")
+    return g.select(*PARTITION, F.when(span_ms > 0, F.col("p_produced") * F.lit(1000.0) / span_ms)
+                    .alias("partition_rate"))
+
+
+def sample_interval_ms(rows: DataFrame) -> float | None:
+    """The median time between consecutive distinct sample times (what ``--every`` was, as
+    observed), or None with fewer than two sample times. The distinct times are collected to the
+    driver (8 bytes each: a year of 60 s samples is 4 MB), as a window over them without a
+    partition would move them all to one partition anyway, with a warning on stderr."""
+    import itertools
+    import statistics
+
+    times = sorted(rows.select("t_ms").distinct().toArrow().column("t_ms").to_pylist())
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    return float(statistics.median(gaps)) if gaps else None
+
+
 def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
-    """One row per queue: current state, rates, slope, time to drain, stalls and locks."""
+    """One row per queue: current state, rates, slope, time to drain, stalls and locks. The
+    production rate is the partition's (:func:`partition_production`), not the queue's own."""
     w = Window.partitionBy(*KEY).orderBy("t_ms")
     whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     x = rows.select(
@@ -146,10 +189,12 @@ def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
     )
     span_ms = F.col("last_ms") - F.col("first_ms")
     per_s = lambda c: F.when(span_ms > 0, F.col(c) * F.lit(1000.0) / span_ms)  # noqa: E731
+    # one row per partition: small next to the queues, so broadcast rather than shuffled
+    g = g.join(F.broadcast(partition_production(rows)), PARTITION, "left")
     g = g.select(
         *KEY, "l.mode", "first_ms", "last_ms", "samples", (span_ms / F.lit(1000.0)).alias("span_s"),
         "l.max_offset", "l.committed_offset", "l.lag", "l.low_watermark", "l.high_watermark",
-        F.col("lag_slope"), per_s("produced").alias("production_rate"),
+        F.col("lag_slope"), F.col("partition_rate").alias("production_rate"),
         per_s("consumed").alias("consumption_rate"), "produced", "consumed",
         # no break at all: the whole span was a backlog without progress
         F.when(F.col("brk").isNull(), F.col("first_ms")).otherwise(F.col("brk.next_ms"))
@@ -243,9 +288,9 @@ def consumer_stats(queues: DataFrame, end_ms: int, idle_after_ms: int) -> DataFr
 
 
 def topic_stats(queues: DataFrame) -> DataFrame:
-    """One row per (broker, topic). Production is counted once per partition (the highest rate
-    any consumer saw, as each consumer only knows the end offsets it fetched); consumption, lag
-    and slope are summed over every consumer and clientId reading the topic."""
+    """One row per (broker, topic). Production is counted once per partition (every queue of a
+    partition carries the partition's rate, :func:`partition_production`); consumption, lag and
+    slope are summed over every consumer and clientId reading the topic."""
     parts = queues.groupBy("broker", "topic", "queue").agg(
         F.max("production_rate").alias("production_rate"))
     prod = parts.groupBy("broker", "topic").agg(
@@ -303,9 +348,11 @@ def stuck_stats(queues: DataFrame) -> DataFrame:
 # -- time series for the charts --------------------------------------------------------------------
 
 def _bucketed(df: DataFrame, keys: list[str], start_ms: int, bucket_ms: int) -> DataFrame:
-    """Per key and time bucket: the bucket's first sample time and its highest lag."""
+    """Per key and time bucket: the bucket's first and last sample times and its highest lag (the
+    last time tells the heat map how long the gap to the next bucket's first sample is)."""
     b = F.floor((F.col("t_ms") - F.lit(start_ms)) / F.lit(bucket_ms)).alias("bucket")
-    return df.groupBy(*keys, b).agg(F.min("t_ms").alias("t_ms"), F.max("lag").alias("lag"))
+    return df.groupBy(*keys, b).agg(F.min("t_ms").alias("t_ms"), F.max("t_ms").alias("last_ms"),
+                                    F.max("lag").alias("lag"))
 
 
 def total_lag_series(rows: DataFrame, start_ms: int, bucket_ms: int) -> DataFrame:

@@ -14,6 +14,9 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.reports import rates
+from gateway.reports.figures import RATE_ROWS
+
 ROW_LIMIT = 200  # rows per table in the page; the CSV/Parquet tables have all of them
 
 
@@ -143,6 +146,7 @@ main{max-width:1320px;margin:0 auto;padding:20px 32px 40px}
 border-top:4px solid #9ca3af}
 .card .label{color:#4b5563;font-size:12px;text-transform:uppercase;letter-spacing:.04em}
 .card .value{font-size:26px;font-weight:700;margin-top:2px;white-space:nowrap}
+.card .value small{font-size:14px;font-weight:600;color:#6b7280}
 .card .sub{color:#6b7280;font-size:12px;min-height:1em}
 .card.red{border-top-color:#dc2626;background:#fef2f2}.card.red .value{color:#b91c1c}
 .card.amber{border-top-color:#d97706;background:#fffbeb}.card.amber .value{color:#b45309}
@@ -181,7 +185,9 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
     """The report page from the summary ``s``, the tables ``t`` (lists of row dicts) and charts."""
     w, tot, th = s["window"], s["totals"], s["thresholds"]
     stuck, top, topics, idle = t["stuck"], t["top"], t["topics"], t["idle"]
+    consumers, readers = t.get("consumers", []), t.get("readers", [])
     n_stuck, n_idle, n_never = s["counts"]["stuck"], s["counts"]["idle"], s["counts"]["never"]
+    slow = [r for r in consumers if rates.behind(r)]
     out = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         '<meta name="viewport" content="width=device-width,initial-scale=1">',
@@ -206,8 +212,9 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
         card("Idle", f"{n_idle:,}",
              f"consumers/clientIds, not seen in {esc(duration(th['idle_after_s']))}",
              "amber" if n_idle else "green"),
-        card("Produced", rate(tot["production_rate"]), "messages/s, all topics", "blue"),
-        card("Consumed", rate(tot["consumption_rate"]), "messages/s, all consumers", "blue"),
+        card("Produced · per topic", f'{rate(tot["production_rate"])}<small>/s</small>',
+             f'into {s["counts"]["topics"]:,} topics, each topic counted once', "blue"),
+        _behind_card(slow, len(consumers)),
         "</div>",
     ]
     # 1. stuck
@@ -238,36 +245,41 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
              drain(r["drain_status"], r["drain_s"]), num(r["stuck_queues"])] for r in top]
     out.append(
         f'<section><h2>Top {len(top) or ""} consumers by lag</h2>'
-        '<p class="hint">Lag summed over each '
-        "consumer's (or clientId's) queues. Trend: least-squares slope of lag over the window "
-        "(▲ growing, ▼ shrinking). Time to drain = lag ÷ (consumption − production).</p>"
+        '<p class="hint">One panel per consumer (or clientId), each on its own scale: lag summed '
+        "over its queues, its current lag and trend above it (least-squares slope over the "
+        "window: ▲ growing, ▼ shrinking). Time to drain = lag ÷ (consumption − production).</p>"
         + img(charts.get("top_lag"), "lag over time of the top consumers")
-        + (table(["#", "consumer / clientId", "mode", "lag", "trend", "consumed/s", "produced/s",
-                  "time to drain", "stuck"], rows, len(rows), "top.csv", (0, 3, 4, 5, 6, 7, 8))
+        + (table(["#", "consumer / clientId", "mode", "lag", "trend", "consumed/s (this consumer)",
+                  "produced/s (its topics)", "time to drain", "stuck"], rows, len(rows),
+                 "top.csv", (0, 3, 4, 5, 6, 7, 8))
            if rows else '<p class="empty">No consumer has any lag.</p>')
         + "</section>")
-    # 4. topics
+    # 4. each consumer against the production of what it reads
+    out.append(_rates_section(consumers, readers, s["counts"]["consumers"], charts.get("rates")))
+    # 5. topics
+    slowest = rates.slowest_readers(readers)
     rows = [[topic(r), num(r["partitions"]), num(r["subscriptions"]), num(r["lag"]),
-             trend(r["lag_slope"]), rate(r["production_rate"]), rate(r["consumption_rate"]),
-             num(r["stuck_queues"])] for r in topics[:ROW_LIMIT]]
+             trend(r["lag_slope"]), rate(r["production_rate"]),
+             _slowest(slowest.get((r["broker"], r["topic"]))), num(r["stuck_queues"])]
+            for r in topics[:ROW_LIMIT]]
     out.append(
-        '<section><h2>Production vs consumption per topic</h2><p class="hint">Bars: messages '
-        "produced per second (per partition, the highest rate any consumer saw). Dots: messages "
-        "per second each consumer / clientId of the topic consumed; red when it has lag and is "
-        "slower than its partitions are produced (the one with the most lag is named). Topics "
-        "with the most lag first.</p>"
-        + img(charts.get("topics"), "production vs consumption per topic")
-        + table(["topic", "partitions", "readers", "lag", "trend", "produced/s",
-                 "consumed/s (all readers)", "stuck"], rows, len(topics), "topics.csv",
-                (1, 2, 3, 4, 5, 6, 7))
+        '<section><h2>Topics</h2><p class="hint">Produced/s is the topic\'s own figure (from its '
+        "partitions' high watermarks over the window), the same for every reader. Lag and trend "
+        "are summed over its readers; consumption is not (a sum over readers says nothing about "
+        "any one of them): the slowest reader is named instead. Most lag first.</p>"
+        + table(["topic", "partitions", "readers", "lag (all readers)", "trend",
+                 "produced/s (per topic)", "slowest reader: consumed/s", "stuck"], rows,
+                len(topics), "topics.csv", (1, 2, 3, 4, 5, 6, 7))
         + "</section>")
-    # 5. heat map
+    # 6. heat map
     out.append(
         f'<section><h2>Queues by lag over time</h2><p class="hint">The {s["heatmap"]["rows"]} '
         "queues with the most lag now, most first; each cell is the highest lag in "
-        f'{esc(duration(s["buckets"]["heat_s"]))} (white: no lag, grey: no sample).</p>'
+        f'{esc(duration(s["buckets"]["heat_s"]))} (white: no lag; grey: no sample for more than '
+        f'{esc(duration(1.5 * s["buckets"]["sample_interval_s"]))}, 1.5 sample intervals: the '
+        "snapshots stopped, or the queue did not exist yet).</p>"
         + img(charts.get("heatmap"), "heat map of queues by lag") + "</section>")
-    # 6. idle
+    # 7. idle
     if idle:
         rows = [[esc(r["kind"]), who(r), esc(r["mode"]), esc(when(r["last_seen_ms"])),
                  esc(duration(r["idle_s"]) if r["idle_s"] is not None else "never seen"),
@@ -287,6 +299,61 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
                f'.csv) next to this file · Spark {esc(s["spark"]["version"])} on '
                f'{esc(s["spark"]["master"])} · {s["elapsed_s"]:.1f} s</footer></body></html>')
     return "\n".join(out)
+
+
+def _behind_card(slow: Sequence[Mapping[str, Any]], n: int) -> str:
+    """How many consumers consume slower than the topics they read are produced, and the worst:
+    per consumer against per topic, never a sum of consumption over readers."""
+    if not slow:
+        return card("Behind production · per consumer", f"0<small> of {n:,}</small>",
+                    "consumers: each reads as fast as its topics get messages",
+                    "green")
+    worst = max(slow, key=lambda r: r["lag"] or 0)
+    return card("Behind production · per consumer", f"{len(slow):,}<small> of {n:,}</small>",
+                f"most lag: <b>{esc(rates.who(worst))}</b> reads "
+                f"{rate(worst['consumption_rate'])}/s, its topics get "
+                f"{rate(worst['production_rate'])}/s", "red")
+
+
+def _slowest(r: Mapping[str, Any] | None) -> str:
+    if r is None:
+        return "—"
+    cls = "bad" if rates.behind(r) else ""
+    return (f'<span class="{cls}">{rate(r["consumption_rate"])}</span> '
+            f'<span class="muted">{esc(rates.who(r))}</span>')
+
+
+def _rates_section(consumers: Sequence[Mapping[str, Any]], readers: Sequence[Mapping[str, Any]],
+                   total: int, png: bytes | None) -> str:
+    """Every consumer against the production of the topics it reads: the chart shows those
+    falling behind first, the table under it every consumer (the first rows open)."""
+    order = rates.ranked(consumers)
+    topics_of = rates.topics_by_reader(readers)
+    n_slow = sum(1 for r in order if rates.behind(r))
+    rows = []
+    for r in order[:ROW_LIMIT]:
+        q = rates.ratio(r)
+        bad = rates.behind(r)
+        rows.append([
+            who(r), esc(rates.topics_text(topics_of.get((r["consumer"], r["client_id"]), []), 3)),
+            num(r["lag"]), trend(r["lag_slope"]), rate(r["consumption_rate"]),
+            rate(r["production_rate"]),
+            "—" if q is None else f'<span class="{"bad" if bad else "good"}">{q:.0%}</span>',
+            drain(r["drain_status"], r["drain_s"])])
+    shown = min(len(order), RATE_ROWS)
+    chart_note = (f" The chart shows {shown:,} of {len(order):,}, those behind first; the table "
+                  "has every one.") if len(order) > shown else ""
+    return (
+        f'<section><h2>Each consumer against its topics\' production ({n_slow:,} behind)</h2>'
+        '<p class="hint">Per consumer (or clientId): its consumption as a share of the production '
+        "of the topics it reads; production is the topic's own figure, the same for every reader, "
+        "and consumption is never summed over readers. Red: it has lag and is slower, so its lag "
+        f"cannot shrink.{chart_note}</p>"
+        + img(png, "consumption of each consumer against the production of its topics")
+        + table(["consumer / clientId", "topics", "lag", "trend", "consumed/s (this consumer)",
+                 "produced/s (its topics)", "consumed ÷ produced", "time to drain"], rows, total,
+                "consumers.csv", (2, 3, 4, 5, 6, 7), visible=25)
+        + "</section>")
 
 
 def _spread(rows: Sequence[Mapping[str, Any]], total: int) -> str:
@@ -343,7 +410,11 @@ sample's.</dd>
 <dt>Trend</dt><dd>Least-squares slope of lag against time, messages/s.</dd>
 <dt>Consumption rate</dt><dd>Sum of the increases of the committed offset between consecutive
 samples ÷ span. An offset reset that moves it back counts 0 (never a negative rate).</dd>
-<dt>Production rate</dt><dd>Increase of the max offset ÷ span.</dd>
+<dt>Production rate</dt><dd>A property of the topic, the same for every reader: per partition,
+the increase of its high watermark (the highest offset any sample listed for it) ÷ the
+partition's span in the window; a topic's is the sum over its partitions, a consumer's the sum
+over the partitions it reads. Consumption is per consumer and never summed over readers when set
+against production.</dd>
 <dt>Time to drain</dt><dd>lag ÷ (consumption − production); never when production ≥ consumption
 and lag &gt; 0. For a consumer: its slowest queue.</dd>
 <dt>Stuck</dt><dd>Lag &gt; 0 while the committed offset stayed the same for more than {stuck},

@@ -102,11 +102,13 @@ def table_from_rows(ts: int | dt.datetime, rows: Iterable[Mapping[str, Any]]) ->
 
 def generate(out_dir: str | os.PathLike[str], *, consumers: int, queues: int, samples: int,
              interval_s: float = 120.0, start: dt.datetime | None = None, topics: int = 200,
-             seed: int = 1) -> dict[str, Any]:
-    """Write ``samples`` files of up to ``consumers * queues`` rows each, ``interval_s`` apart.
+             seed: int = 1, jitter_s: float = 0.0) -> dict[str, Any]:
+    """Write ``samples`` files of up to ``consumers * queues`` rows each, ``interval_s`` apart
+    (each sample time moved by up to ``jitter_s`` either way, as a real snapshotter's is).
 
     Every consumer reads one topic (``topic-<i % topics>``) with ``queues`` partitions. Each
-    queue has its own production rate; most consumers keep up, some fall behind (10%), some are
+    partition has its own production rate and offsets, the same for every consumer reading it
+    (as in Kafka); most consumers keep up, some fall behind (10%), some are
     stuck (2%), some have a stale lock (0.5% of queues), some had an offset reset back (1%),
     some appear mid-window (5%), some are idle (3%), and every tenth one is a broadcast
     clientId. Returns ``{"rows", "files", "bytes"}``.
@@ -135,10 +137,11 @@ def generate(out_dir: str | os.PathLike[str], *, consumers: int, queues: int, sa
     behind = kind < 0.10
     stuck = (kind >= 0.10) & (kind < 0.12)
     idle = (kind >= 0.12) & (kind < 0.15)
-    prod = rng.lognormal(mean=0.0, sigma=1.5, size=n)  # msg/s, median 1
+    part = (ci % topics) * queues + qi  # each key's partition: its topic's queue
+    prod = rng.lognormal(mean=0.0, sigma=1.5, size=topics * queues)[part]  # msg/s, median 1
     cons = np.where(behind, prod * 0.8, prod * 1.5)
     lag0 = rng.integers(0, 10_000, size=n).astype(np.float64)
-    max0 = rng.integers(0, 10**9, size=n)
+    max0 = rng.integers(0, 10**9, size=topics * queues)[part]
     stuck_at = rng.integers(0, samples, size=n)  # the sample from which a stuck queue stops
     late = rng.random(consumers)[ci] < 0.05
     first_sample = np.where(late, rng.integers(0, max(samples, 1), size=consumers)[ci], 0)
@@ -153,9 +156,10 @@ def generate(out_dir: str | os.PathLike[str], *, consumers: int, queues: int, sa
     low = pa.array(max0 // 2, pa.int64())
     out, rows, files, size = Path(out_dir), 0, 0, 0
     prev_committed = np.zeros(n, dtype=np.int64)
+    jitter = rng.uniform(-jitter_s, jitter_s, size=samples) if jitter_s else np.zeros(samples)
     for s in range(samples):
         t = s * interval_s
-        ts_ms = start_ms + round(t * 1000)
+        ts_ms = start_ms + round((t + jitter[s]) * 1000)
         max_off = max0 + np.floor(prod * t).astype(np.int64)
         lag = np.maximum(lag0 + (prod - cons) * t, 0.0)
         frozen = stuck & (s > stuck_at)
