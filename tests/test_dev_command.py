@@ -40,9 +40,12 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
     stale.write_bytes(b"earlier run")
     log = tmp_path / "dev.log"
     with open(log, "wb") as out:  # the child keeps its own descriptor
+        # started with SIGINT ignored, as a shell leaves it for `make run &` or setsid: Ctrl-C
+        # (SIGINT to the group) must still stop everything
         proc = subprocess.Popen([sys.executable, "-m", "gateway", "dev", "--port", str(port),
                                  "--workers", "1", "--broker", BROKER], cwd=ROOT, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         deadline = time.monotonic() + 60
         while "Ctrl-C stops" not in log.read_text() and time.monotonic() < deadline:

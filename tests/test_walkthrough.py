@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from .helpers import ROOT, Api
+from .test_openapi import check as documented
 
 
 def test_make_run_installs_only_what_run_needs() -> None:
@@ -82,3 +83,80 @@ def test_a_bad_setting_is_one_plain_line_not_a_traceback(env: dict[str, str], sa
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mqgw: bad setting: ") and says in lines[0], p.stderr
+
+
+def test_the_gateways_own_consumers_and_topics_are_not_public(api: Api, make_topic) -> None:
+    """Pausing `_mqgw.relay` stopped every delayed record, resetting it lost them, and a record
+    produced straight into a level topic bypassed the wheel's headers: all refused now."""
+    topic = make_topic(partitions=1)
+    for group in ("_mqgw.relay", "_mqgw.deadletters", "_mqgw-anything"):
+        refused = [
+            api.message(consumer=group, topic=topic),
+            api.http.post(api.url(f"/admin/consumers/{group}/pause")),
+            api.http.post(api.url(f"/admin/consumers/{group}/resume")),
+            api.http.post(api.url(f"/admin/consumers/{group}/reset"),
+                          json={"topic": "mqgw.delay.3000ms", "to": "latest"}),
+            api.http.patch(api.url(f"/admin/consumers/{group}"), json={"start": "earliest"}),
+            api.http.delete(api.url(f"/admin/consumers/{group}")),
+        ]
+        templates = ["/message", "/admin/consumers/{group}/pause", "/admin/consumers/{group}/resume",
+                     "/admin/consumers/{group}/reset", "/admin/consumers/{group}",
+                     "/admin/consumers/{group}"]
+        for r, template in zip(refused, templates, strict=True):
+            documented(r, template, 400, "reserved_consumer")
+    # watching the relay is what the views are for
+    assert api.http.get(api.url("/consumers/_mqgw.relay/queues")).status_code == 200
+    assert api.http.get(api.url("/admin/backlog"), params={"consumer": "_mqgw.relay"}).status_code == 200
+    for internal in ("mqgw.delay.100ms", "mqgw.retry.g.t.0123456789"):
+        r = api.http.post(api.url("/produce"), json={"topic": internal, "value": "x"})
+        documented(r, "/produce", 403, "internal_topic")
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_dot_names_are_refused(api: Api, name: str) -> None:
+    """`..` as a consumer became `/admin/consumers/..`, which clients resolve to `/admin`."""
+    documented(api.message(consumer=name, topic="t"), "/message", 400, "invalid_consumer")
+    documented(api.message(consumer="g", topic=name), "/message", 400, "invalid_topic")
+
+
+@pytest.mark.parametrize("method, path, template, kw", [
+    ("POST", "/produce?topci=demo", "/produce", {"json": {"topic": "t", "value": "x"}}),
+    ("POST", "/produce?dry_run=true", "/produce", {"json": {"topic": "t", "value": "x"}}),
+    ("POST", "/admin/consumers/walk-q/pause?now=1", "/admin/consumers/{group}/pause", {}),
+    ("POST", "/admin/consumers/walk-q/reset?x=1", "/admin/consumers/{group}/reset",
+     {"json": {"topic": "t", "to": "latest"}}),
+    ("PUT", "/admin/consumers/walk-q?force=1", "/admin/consumers/{group}", {"json": {"topics": ["t"]}}),
+    ("GET", "/admin/consumers?all=1", "/admin/consumers", {}),
+    ("GET", "/admin/producers?limit=5", "/admin/producers", {}),
+    ("GET", "/admin/producers/p?x=1", "/admin/producers/{name}", {}),
+    ("GET", "/admin/keys?x=1", "/admin/keys", {}),
+    ("GET", "/admin/keys/0123456789abcdef?x=1", "/admin/keys/{key_id}", {}),
+    ("GET", "/consumers/walk-q/queues?topic=t", "/consumers/{group}/queues", {}),
+    ("GET", "/consumers/walk-q/clients?x=1", "/consumers/{group}/clients", {}),
+])
+def test_operations_without_query_parameters_refuse_any(api: Api, method: str, path: str,
+                                                       template: str, kw: dict) -> None:
+    r = api.http.request(method, api.url(path), **kw)
+    documented(r, template, 400, "unknown_parameter")
+
+
+def test_a_misspelt_value_is_named(api: Api) -> None:
+    r = api.http.post(api.url("/produce"), json={"topic": "t", "vaule": "x"})
+    assert "vaule" in documented(r, "/produce", 400, "unknown_field")["error"]["message"]
+
+
+def test_delays_end_in_the_year_9999_on_every_path(api: Api, make_topic) -> None:
+    topic = make_topic(partitions=1)
+    api.config("walk-nack", start="earliest")
+    api.produce(topic, ["a"])
+    got = api.message(consumer="walk-nack", topic=topic, wait_ms=5000).json()
+    far = 253_402_300_799_999  # the last ms of 9999 as a delay: due far beyond it
+    for path, body in [("/nack", {"requestId": got["requestId"], "delayMs": far}),
+                       ("/ack", {"requestId": got["requestId"],
+                                 "failed": [{"offset": got["offset"], "delayMs": far}]})]:
+        r = api.http.post(api.url(path), json=body)
+        assert "9999" in documented(r, path, 400, "invalid_delay")["error"]["message"]
+    assert api.ack(got["requestId"]).json()["result"] == "committed"  # nothing was written
+    r = api.http.post(api.url("/produce"), json={"topic": topic, "value": "x",
+                                                 "deliverAt": "10000-01-01T00:00:00Z"})
+    assert r.status_code == 400 and "9999" in r.json()["error"]["message"], r.text

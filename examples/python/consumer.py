@@ -48,7 +48,7 @@ def log(msg: str) -> None:
 def handle(queue: str, message: dict[str, Any]) -> None:
     """The application's work. Delivery is at-least-once, so this must tolerate a record twice."""
     value = message["value"]
-    if value == FAIL_ONCE and value not in failed_once:
+    if FAIL_ONCE is not None and value == FAIL_ONCE and value not in failed_once:
         failed_once.add(value)
         raise RuntimeError(f"cannot handle {value!r} (MQGW_FAIL_ONCE)")
     print(json.dumps({"queue": queue, "offset": message["offset"], "key": message["key"],

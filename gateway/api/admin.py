@@ -28,7 +28,7 @@ from .registry_wire import (
     producer_topics,
     registration_fields,
 )
-from .routes import JSON, api_credential, check_query, read_json
+from .routes import JSON, NO_PARAMS, api_credential, check_query, read_json
 from .wire import dead_page_body, key_body, redrive_request, reset_body, reset_request
 
 
@@ -65,18 +65,21 @@ def _flag(request: Request, name: str, default: bool = False) -> bool:
 
 # -- consumers -------------------------------------------------------------------------------
 async def consumers_route(request: Request) -> Response:
+    check_query(request, NO_PARAMS)
     gw = await _admin(request)
     return JSON({"consumers": [consumer_body(r, gw.settings) for r in await gw.registry.list_consumers()]})
 
 
 async def consumer_route(request: Request) -> Response:
     gw = await _admin(request)
-    group = check_name(request.path_params["group"], "consumer")
+    group = check_name(request.path_params["group"], "consumer",
+                       internal_ok=request.method == "GET")
     if request.method == "GET":
         return JSON(consumer_body(await gw.registry.get_consumer(group), gw.settings))
     if request.method == "DELETE":
         check_query(request, _DELETE_PARAMS)
         return JSON(delete_body(await gw.registry.delete_consumer(group, _flag(request, "deleteOffsets"))))
+    check_query(request, NO_PARAMS)
     body = await _object_body(request, gw)
     if request.method == "PUT":
         rec, created = await gw.registry.put_consumer(group, registration_fields(body))
@@ -86,6 +89,7 @@ async def consumer_route(request: Request) -> Response:
 
 
 async def pause_route(request: Request) -> Response:
+    check_query(request, NO_PARAMS)
     gw = await _admin(request)
     group = check_name(request.path_params["group"], "consumer")
     paused = request.url.path.endswith("/pause")
@@ -94,6 +98,7 @@ async def pause_route(request: Request) -> Response:
 
 
 async def reset_route(request: Request) -> Response:
+    check_query(request, NO_PARAMS)
     gw = await _admin(request)
     group = check_name(request.path_params["group"], "consumer")
     body = await _object_body(request, gw)
@@ -155,11 +160,13 @@ async def redrive_route(request: Request) -> Response:
 
 # -- producers -------------------------------------------------------------------------------
 async def producers_route(request: Request) -> Response:
+    check_query(request, NO_PARAMS)
     gw = await _admin(request)
     return JSON({"producers": [producer_body(r) for r in await gw.registry.list_producers()]})
 
 
 async def producer_route(request: Request) -> Response:
+    check_query(request, NO_PARAMS)
     gw = await _admin(request)
     name = check_name(request.path_params["name"], "producer")
     if request.method == "GET":
@@ -175,6 +182,7 @@ async def producer_route(request: Request) -> Response:
 
 # -- API keys --------------------------------------------------------------------------------
 async def keys_route(request: Request) -> Response:
+    check_query(request, NO_PARAMS)
     gw = await _admin(request)
     if request.method == "GET":
         return JSON({"keys": [key_body(r) for r in await gw.keys.all()]})
@@ -195,6 +203,7 @@ async def keys_route(request: Request) -> Response:
 
 
 async def key_route(request: Request) -> Response:
+    check_query(request, NO_PARAMS)
     gw = await _admin(request)
     key_id = request.path_params["key_id"]
     rec = await (gw.keys.revoke(key_id) if request.method == "DELETE" else gw.keys.get(key_id))
@@ -207,7 +216,7 @@ async def key_route(request: Request) -> Response:
 async def backlog_route(request: Request) -> Response:
     gw = await _admin(request)
     check_query(request, _BACKLOG_PARAMS, lists=frozenset({"consumer"}))
-    names = [check_name(c, "consumer") for c in request.query_params.getlist("consumer")]
+    names = [check_name(c, "consumer", internal_ok=True) for c in request.query_params.getlist("consumer")]
     rows = await backlog.collect(gw, names or None, with_age=_flag(request, "age", default=True))
     return JSON({"consumers": rows, "generatedMs": now_ms()})
 

@@ -97,7 +97,8 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
             log.warning("open mode is on (MQGW_OPEN_MODE=true): unregistered consumers and "
                         "producers are served")
         registry = Registry(store, settings, checkpoints)
-        gate = ProduceGate(store, settings.open_mode)
+        gate = ProduceGate(store, settings.open_mode,
+                           internal=(settings.delay_topic_prefix, settings.retry_topic_prefix))
         delay = DelayService(settings, store, b)
         relay = Relay(settings, store, b, wm, delay, metrics.delay_moved) \
             if settings.relay and not delay.native else None

@@ -75,6 +75,9 @@ FETCH_PARAMS = frozenset({"consumer", "topic", "clientId", "max", "wait_ms", "en
 BATCH_PARAMS = frozenset({"requestId"})
 ACK_PARAMS = frozenset({"requestId", "failed"})
 NACK_PARAMS = frozenset({"requestId", "failed", "delayMs"})
+#: Operations that take no query parameters refuse any: a typo like ``?topci=`` or
+#: ``?dry_run=true`` must not pass silently while the call does something else.
+NO_PARAMS: frozenset[str] = frozenset()
 
 
 def check_query(request: Request, known: frozenset[str], lists: frozenset[str] = frozenset(),
@@ -162,6 +165,7 @@ def client_address(request: Request) -> str:
 
 
 async def produce_route(request: Request) -> Response:
+    check_query(request, NO_PARAMS)
     gw = _state(request)
     credential = api_credential(request)
     body = await read_json(request, gw.settings.max_body_bytes, required=True)
@@ -296,8 +300,9 @@ async def unlock_route(request: Request) -> Response:
 
 
 async def queues_route(request: Request) -> Response:
+    check_query(request, NO_PARAMS)
     gw = _state(request)
-    group = check_name(request.path_params["group"], "consumer")
+    group = check_name(request.path_params["group"], "consumer", internal_ok=True)
     client_id = check_name(request.path_params.get("client_id"), "clientId", required=False)
     await gw.auth.require_consumer(api_credential(request), group)
     cfg = await gw.store.get_config(group)
@@ -314,8 +319,9 @@ async def queues_route(request: Request) -> Response:
 
 
 async def clients_route(request: Request) -> Response:
+    check_query(request, NO_PARAMS)
     gw = _state(request)
-    group = check_name(request.path_params["group"], "consumer")
+    group = check_name(request.path_params["group"], "consumer", internal_ok=True)
     await gw.auth.require_consumer(api_credential(request), group)
     now = now_ms()
     clients = [{"clientId": c, "lastSeenMs": ts, "idleMs": now - ts}

@@ -23,7 +23,7 @@ from ..core.names import check_name, check_topic
 from ..core.produce import Produced
 from ..core.reset import ResetRequest, ResetResult
 from ..core.retry import attempt_of
-from ..store import AckOutcome, AckResult
+from ..store import AckOutcome, AckResult, now_ms
 from .numbers import json_int
 
 #: Kafka's field widths (int32 partition, int64 timestamp): larger JSON integers are refused here,
@@ -63,10 +63,10 @@ def parse_produce(body: Any, max_batch: int, now: int) -> tuple[str, str, list[O
         raw = [{k: v for k, v in body.items() if k in _MESSAGE_FIELDS}]
         extra = set(body) - _MESSAGE_FIELDS - {"topic", "producer"}
         default_due = None
-        if "value" not in body:
-            raise bad_request("missing_value", "give 'value' (one message) or 'messages' (a batch)")
-    if extra:
+    if extra:  # before missing_value: of {"vaule": ...} the typo is what to name
         raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
+    if "messages" not in body and "value" not in body:
+        raise bad_request("missing_value", "give 'value' (one message) or 'messages' (a batch)")
     messages = [_message(m, i, default_enc) for i, m in enumerate(raw)]
     dues = [_due(m, now, f"messages[{i}]." if "messages" in body else "", default_due)
             for i, m in enumerate(raw)]
@@ -101,7 +101,8 @@ def _instant(v: Any, where: str) -> int:
             dt = None
         if dt is None or dt.tzinfo is None or "T" not in v.upper():
             raise bad_request("invalid_deliver_at", f"{where}deliverAt must be ms since the epoch or "
-                              "an RFC 3339 date-time with an offset, e.g. 2026-11-25T20:00:00Z")
+                              "an RFC 3339 date-time with an offset, e.g. 2026-11-25T20:00:00Z, "
+                              "from 1970 to the end of year 9999")
         ms = round(dt.timestamp() * 1000)
     else:
         n = json_int(v)
@@ -240,9 +241,9 @@ def parse_delay_ms(v: Any, name: str = "delayMs") -> int | None:
     if v is None:
         return None
     ms = json_int(v)
-    if ms is None or not 0 <= ms <= MAX_DUE:
-        raise bad_request("invalid_delay", f"{name} must be an integer number of milliseconds "
-                          f"from 0 to {MAX_DUE}")
+    if ms is None or not 0 <= ms <= MAX_DUE - now_ms():  # the produce rule: see _due
+        raise bad_request("invalid_delay", f"{name} must be an integer number of milliseconds, "
+                          "0 or more (due no later than year 9999)")
     return ms
 
 

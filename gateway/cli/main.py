@@ -90,6 +90,9 @@ def serve(args: argparse.Namespace) -> int:
 def dev(args: argparse.Namespace) -> int:
     """Start what is missing (redis-server, a broker), then the gateway; Ctrl-C stops all of it."""
     started: list[devstack.Service] = []
+    # Ctrl-C must stop the stack even when it was started from a script in the background
+    # (`make run &`, setsid), where the shell leaves SIGINT ignored for its children.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     env = dict(os.environ)
     # A development gateway: serve any consumer or producer name, no API keys.
     env.setdefault("MQGW_OPEN_MODE", "true")

@@ -18,6 +18,7 @@ from ..broker import Broker, BrokerUnavailable, OutgoingMessage, Record, Unknown
 from ..config import Settings
 from ..store import Lock, NoQueue, OffsetStore
 from .errors import bad_request
+from .names import INTERNAL_PREFIX
 from .produce import produce
 from .retry import (
     H_ATTEMPT,
@@ -37,7 +38,7 @@ from .retry import (
 from .watermarks import Watermarks
 
 #: The internal consumer whose committed offsets on a dead-letter topic mark what was redriven.
-CURSOR_GROUP = "_mqgw.deadletters"
+CURSOR_GROUP = f"{INTERNAL_PREFIX}.deadletters"
 #: Records moved per lock (one read, one produce, one commit).
 REDRIVE_BATCH = 500
 #: What a record redriven to its consumer keeps of our headers: where it came from and its

@@ -243,7 +243,7 @@ class DelayService:
         expire = ref.due + self.settings.delay_mark_retention_ms
         if expire <= now_ms() or not await self.store.delay.cancel(delay_id, expire):
             raise Conflict("already_delivered", "this delayed record was already delivered "
-                           "to its topic", deliver_at=ref.due)
+                           "to its topic", deliverAt=ref.due)
         return Cancelled(delay_id, ref.due, ref.topic)
 
 

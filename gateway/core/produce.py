@@ -45,9 +45,12 @@ class ProduceGate:
     Refusals are not cached: they cost the call each time, as before (and a flood of bad keys
     cannot fill the cache)."""
 
-    def __init__(self, store: OffsetStore, open_mode: bool) -> None:
+    def __init__(self, store: OffsetStore, open_mode: bool, internal: tuple[str, ...] = ()) -> None:
         self.store = store
         self.open_mode = open_mode
+        #: Prefixes of the gateway's own topics (delay levels, retry topics), which only the
+        #: gateway writes: a record produced there by hand would bypass the wheel's headers.
+        self.internal = tuple(p for p in internal if p)
         self.live = False  # change notices are arriving: the cache may be used
         self._generation = 0
         self._allowed: dict[tuple[str, str, str, str], float] = {}
@@ -69,6 +72,10 @@ class ProduceGate:
     async def check(self, credential: Credential | None, producer: str, topic: str) -> None:
         """Refuse a produce the key or the producer registry does not allow (no Redis call when
         auth is off and the gateway is in open mode, or when an allowed verdict is cached)."""
+        if self.internal and topic.startswith(self.internal):
+            raise forbidden("internal_topic", f"topic {topic!r} is one of the gateway's own (delay "
+                            "levels, retry topics): produce to the record's own topic, with "
+                            "delayMs or deliverAt for a delay")
         if credential is None and self.open_mode and not producer:
             return
         key = (credential.key_id, credential.sha256, producer, topic) if credential else \

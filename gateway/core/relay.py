@@ -27,6 +27,7 @@ from ..broker import Broker, BrokerUnavailable, OutgoingMessage, Record, Unknown
 from ..config import Settings, node_id
 from ..store import Lock, NoQueue, OffsetStore, Settled, now_ms
 from .delay import DelayService, note_written, sleep_until
+from .names import INTERNAL_PREFIX
 from .watermarks import Watermarks
 from .wheel import (
     H_DUE,
@@ -44,7 +45,7 @@ log = logging.getLogger("mqgw.relay")
 
 #: The relay's consumer name in Redis. A leading '_' is not refused by the name rules, but no
 #: registered consumer is expected to start with "_mqgw".
-RELAY_GROUP = "_mqgw.relay"
+RELAY_GROUP = f"{INTERNAL_PREFIX}.relay"
 #: With nothing due and no wake-up, look again this often anyway.
 IDLE_S = 5.0
 #: After a broker or Redis failure, pause this long before the next try.
