@@ -4,7 +4,6 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -15,7 +14,7 @@ import java.util.concurrent.CountDownLatch;
 /**
  * A consumer loop: fetch a batch, handle it, ack it with the next fetch.
  *
- * <pre>MQGW_URL=http://127.0.0.1:8080 java Consumer.java orders-svc demo</pre>
+ * <pre>MQGW_URL=http://127.0.0.1:8080 java -cp out Consumer orders-svc demo</pre> (after javac -d out *.java)
  *
  * <ul>
  * <li>Long poll: each fetch waits up to MQGW_WAIT_MS (default 10000) for records.
@@ -28,7 +27,7 @@ import java.util.concurrent.CountDownLatch;
  * Environment: MQGW_URL, MQGW_API_KEY (bearer token), MQGW_CLIENT_ID (broadcast mode: every
  * clientId gets every record), MQGW_FAIL_ONCE (a value whose first handling throws, to watch the
  * unlock). Each handled record is printed as one JSON line. Java 17+, no dependencies: a small
- * JSON reader is at the end of the file (real code would use Jackson or Gson).
+ * JSON reader is in Json.java (real code would use Jackson or Gson).
  */
 public class Consumer {
     static final String URL = System.getenv().getOrDefault("MQGW_URL", "http://127.0.0.1:8080");
@@ -44,7 +43,7 @@ public class Consumer {
 
     public static void main(String[] args) throws Exception {
         if (args.length != 2) {
-            System.err.println("usage: java Consumer.java CONSUMER TOPIC");
+            System.err.println("usage: java -cp out Consumer CONSUMER TOPIC");
             System.exit(2);
         }
         CountDownLatch stopped = new CountDownLatch(1);
@@ -161,120 +160,5 @@ public class Consumer {
                 .POST(HttpRequest.BodyPublishers.ofString(Json.write(body)));
         if (KEY != null) request.header("authorization", "Bearer " + KEY);
         return http.send(request.build(), HttpResponse.BodyHandlers.ofString());
-    }
-
-    /** Just enough JSON for this program: objects, arrays, strings, numbers, booleans, null. */
-    static final class Json {
-        private final String s;
-        private int i;
-
-        private Json(String s) {
-            this.s = s;
-        }
-
-        static Object parse(String text) {
-            Json j = new Json(text);
-            Object v = j.value();
-            j.ws();
-            if (j.i != text.length()) throw new IllegalArgumentException("trailing data at " + j.i);
-            return v;
-        }
-
-        static String write(Object v) {
-            if (v == null) return "null";
-            if (v instanceof Number || v instanceof Boolean) return v.toString();
-            if (v instanceof Map<?, ?> m) {
-                List<String> fields = new ArrayList<>();
-                m.forEach((k, x) -> fields.add(write(k) + ":" + write(x)));
-                return "{" + String.join(",", fields) + "}";
-            }
-            if (v instanceof List<?> l) return "[" + String.join(",", l.stream().map(Json::write).toList()) + "]";
-            StringBuilder b = new StringBuilder("\"");
-            for (char c : v.toString().toCharArray()) {
-                if (c == '"' || c == '\\') b.append('\\').append(c);
-                else if (c < 0x20) b.append(String.format("\\u%04x", (int) c));
-                else b.append(c);
-            }
-            return b.append('"').toString();
-        }
-
-        private void ws() {
-            while (i < s.length() && Character.isWhitespace(s.charAt(i))) i++;
-        }
-
-        private boolean eat(char c) {
-            ws();
-            if (i < s.length() && s.charAt(i) == c) {
-                i++;
-                return true;
-            }
-            return false;
-        }
-
-        private void expect(char c) {
-            if (!eat(c)) throw new IllegalArgumentException("expected '" + c + "' at " + i);
-        }
-
-        private Object value() {
-            ws();
-            char c = s.charAt(i);
-            if (c == '{') {
-                i++;
-                Map<String, Object> m = new LinkedHashMap<>();
-                if (eat('}')) return m;
-                do {
-                    ws();
-                    String k = string();
-                    expect(':');
-                    m.put(k, value());
-                } while (eat(','));
-                expect('}');
-                return m;
-            }
-            if (c == '[') {
-                i++;
-                List<Object> l = new ArrayList<>();
-                if (eat(']')) return l;
-                do l.add(value()); while (eat(','));
-                expect(']');
-                return l;
-            }
-            if (c == '"') return string();
-            for (String word : List.of("true", "false", "null")) {
-                if (s.startsWith(word, i)) {
-                    i += word.length();
-                    return word.equals("null") ? null : Boolean.valueOf(word);
-                }
-            }
-            int start = i;
-            while (i < s.length() && "+-0123456789.eE".indexOf(s.charAt(i)) >= 0) i++;
-            String n = s.substring(start, i);
-            return n.matches("-?\\d+") ? (Object) Long.valueOf(n) : (Object) Double.valueOf(n);
-        }
-
-        private String string() {
-            expect('"');
-            StringBuilder b = new StringBuilder();
-            for (char c; (c = s.charAt(i++)) != '"'; ) {
-                if (c != '\\') {
-                    b.append(c);
-                    continue;
-                }
-                char e = s.charAt(i++);
-                switch (e) {
-                    case 'n' -> b.append('\n');
-                    case 't' -> b.append('\t');
-                    case 'r' -> b.append('\r');
-                    case 'b' -> b.append('\b');
-                    case 'f' -> b.append('\f');
-                    case 'u' -> {
-                        b.append((char) Integer.parseInt(s.substring(i, i + 4), 16));
-                        i += 4;
-                    }
-                    default -> b.append(e); // \" \\ \/
-                }
-            }
-            return b.toString();
-        }
     }
 }
