@@ -36,7 +36,8 @@ def queue_row(q: QueueState, high_watermark: int, now: int) -> QueueRow:
     return QueueRow(
         topic=q.topic, queue=q.queue, max_offset=max_offset, committed=q.committed,
         backlog=max(0, max_offset - q.committed),
-        lock_age_ms=now - q.lock_ms if q.lock_ms else None, token=q.token,
+        # max(0, …): the relay parks a queue by setting its lock ahead (due - relay_lock_ms)
+        lock_age_ms=max(0, now - q.lock_ms) if q.lock_ms else None, token=q.token,
         last_access_ms=q.access_ms or None,
         last_access_age_ms=(now - q.access_ms) if q.access_ms else None,
         address=q.address or None)
