@@ -104,6 +104,8 @@ def test_the_gateways_own_consumers_and_topics_are_not_public(api: Api, make_top
                      "/admin/consumers/{group}"]
         for r, template in zip(refused, templates, strict=True):
             documented(r, template, 400, "reserved_consumer")
+    r = api.http.post(api.url("/admin/keys"), json={"name": "k", "consumers": ["_mqgw.relay"]})
+    documented(r, "/admin/keys", 400, "reserved_consumer")  # no key may consume as the relay
     # watching the relay is what the views are for
     assert api.http.get(api.url("/consumers/_mqgw.relay/queues")).status_code == 200
     assert api.http.get(api.url("/admin/backlog"), params={"consumer": "_mqgw.relay"}).status_code == 200
