@@ -71,7 +71,7 @@ test-kafka: test-deps
 	MQGW_TEST_BROKER=kafka $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The inner loop: everything but the tests marked slow (Spark, Chromium, Redis Cluster, volume and
-# multi-node timing tests, 30 s long polls; see the marker in pyproject.toml): under two minutes on
+# multi-node timing tests, 30 s long polls; see the marker in pyproject.toml): about two and a half minutes on
 # an idle 2-core machine.
 test-fast: test-deps
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
