@@ -2,9 +2,11 @@
 
 A delayed record gets an id that names its topic and due time, signed with the gateway's HMAC
 key so that a cancel needs no lookup and cannot be forged: ``DELETE /delayed/{id}`` sets a mark
-in Redis that the relay checks before it writes the record to its topic, and the relay's
-"delivered" mark makes a later cancel answer "already delivered" (one script decides either
-way, so they never both win). Marks expire ``delay_mark_retention_ms`` after the due time.
+in Redis that the relay checks before it writes the record to its topic. A delivered record
+leaves nothing in Redis (Redis stays bounded by what is pending, not by what was delivered):
+instead a cancel is refused from ``delay_cancel_cutoff_ms`` before the due time on, when the
+record is delivered or on its way (one script decides, on Redis' clock, so a cancel and a
+delivery never both win). Cancel marks expire ``delay_mark_retention_ms`` after the due time.
 
 A broker that delays natively (:attr:`Capability.DELAYED_DELIVERY`) gets its records directly,
 with ``OutgoingMessage.deliver_at``; the wheel is only for brokers without (Kafka). Cancelling
@@ -26,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from ..broker import Broker, Capability, OutgoingMessage, ProduceResult
 from ..config import Settings
-from ..store import OffsetStore, now_ms
+from ..store import CancelOutcome, OffsetStore, now_ms
 from .errors import Conflict, bad_request
 from .produce import Produced, misplaced, produce
 from .wheel import (
@@ -223,27 +225,35 @@ class DelayService:
 
     async def _soon(self, topic: str, items: list[tuple[int, OutgoingMessage, Delayed]],
                     results: list[ProduceResult]) -> None:
-        """Records due within the smallest level: written to their topic at their due time,
-        and marked delivered (a cancel after this answers "already delivered")."""
+        """Records due within the smallest level: written to their topic at their due time
+        (cancels were looked at first, as the relay does; a cancel after this is too late)."""
         await sleep_until(max(d.deliver_at for _, _, d in items))
+        dropped = await self.store.delay.deliver([(d.delay_id, d.deliver_at) for _, _, d in items],
+                                                 self.settings.delay_cancel_cutoff_ms)
+        send = [(i, m, d) for n, (i, m, d) in enumerate(items) if n not in dropped]
         res = await produce(self.broker, topic, [
             OutgoingMessage(m.value, m.key, [*m.headers, (H_DUE, str(d.deliver_at).encode())],
-                            m.queue, m.timestamp) for _, m, d in items])
-        marks: list[tuple[str, int]] = []
-        for (i, _, d), r in zip(items, res.results, strict=True):
+                            m.queue, m.timestamp) for _, m, d in send])
+        for (i, _, _), r in zip(send, res.results, strict=True):
             if r.error_code:
                 results[i] = r
-            else:
-                marks.append((d.delay_id, d.deliver_at + self.settings.delay_mark_retention_ms))
-        await self.store.delay.deliver(marks)
 
     async def cancel(self, delay_id: str) -> Cancelled:
-        """Cancel a delayed record; :class:`Conflict` ``already_delivered`` if it was."""
+        """Cancel a delayed record; :class:`Conflict` ``already_delivered`` if it was delivered
+        or is due within ``delay_cancel_cutoff_ms``."""
         ref = self.ids.parse(delay_id)
-        expire = ref.due + self.settings.delay_mark_retention_ms
-        if expire <= now_ms() or not await self.store.delay.cancel(delay_id, expire):
+        cutoff = self.settings.delay_cancel_cutoff_ms
+        outcome = CancelOutcome.TOO_LATE
+        if ref.due + self.settings.delay_mark_retention_ms > now_ms():  # else its mark is gone
+            outcome = await self.store.delay.cancel(delay_id, ref.due, cutoff,
+                                                    ref.due + self.settings.delay_mark_retention_ms)
+        if outcome is CancelOutcome.DELIVERED:
             raise Conflict("already_delivered", "this delayed record was already delivered "
                            "to its topic", deliverAt=ref.due)
+        if outcome is CancelOutcome.TOO_LATE:
+            raise Conflict("already_delivered", f"this delayed record is delivered or on its "
+                           f"way: a cancel must come at least {cutoff} ms before the due time",
+                           deliverAt=ref.due)
         return Cancelled(delay_id, ref.due, ref.topic)
 
 

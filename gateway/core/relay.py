@@ -363,14 +363,14 @@ class Relay:
         return ok
 
     async def _deliver(self, finals: list[_Wheeled]) -> list[tuple[str, _Batch, Any]]:
-        """At the latest due time among ``finals`` (at most the smallest level from now), mark
-        them delivered (dropping those cancelled first) and write them to their topics; the
-        results per topic, an exception in place of a failed write."""
+        """At the latest due time among ``finals`` (at most the smallest level from now), drop
+        those cancelled and write the others to their topics; the results per topic, an
+        exception in place of a failed write."""
         if not finals:
             return []
         await sleep_until(max(w.due for w in finals))
-        dropped = await self.store.delay.deliver(
-            [(w.delay_id, w.due + self.settings.delay_mark_retention_ms) for w in finals])
+        dropped = await self.store.delay.deliver([(w.delay_id, w.due) for w in finals],
+                                                 self.settings.delay_cancel_cutoff_ms)
         out: dict[str, list[tuple[_Wheeled, OutgoingMessage]]] = {}
         for i, w in enumerate(finals):
             if i in dropped:

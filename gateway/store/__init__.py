@@ -18,7 +18,7 @@ Nothing outside this package touches a Redis client. Modules, one job each:
 
 from .alerts import AlertStore
 from .connect import UNAVAILABLE, connect, text, text_dict
-from .delay import DelayStore, Settled
+from .delay import CancelOutcome, DelayStore, Settled
 from .keys import AlertKey, KeyLayout, RegistryKey, glob_escape, queue_field
 from .offsets import (
     NO_CREDENTIAL,
@@ -50,6 +50,7 @@ __all__ = [
     "AlertStore",
     "ConsumerRead",
     "Credential",
+    "CancelOutcome",
     "DelayStore",
     "KeyLayout",
     "Lock",

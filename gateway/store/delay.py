@@ -1,9 +1,10 @@
-"""Delayed records in Redis: the relay's settle, cancel/delivered marks, and relay wake-ups.
+"""Delayed records in Redis: the relay's settle, cancel marks, and relay wake-ups.
 
 The records themselves live in the broker (level topics, core/wheel.py); Redis holds only what
 must be decided once across nodes: which relay holds a level queue (the consume path's lock,
-``relay_settle.lua`` to commit and park it), whether a record was cancelled or delivered first
-(``delay_marks.lua``), and a channel that tells every relay a level topic was just written to.
+``relay_settle.lua`` to commit and park it), whether a cancel came before the delivery
+(``delay_marks.lua``: a mark per cancelled record, nothing per delivered one), and a channel
+that tells every relay a level topic was just written to.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ class Settled(str, Enum):
     UNKNOWN = "unknown"
 
 
+class CancelOutcome(str, Enum):
+    CANCELLED = "cancelled"  # now, or already before
+    DELIVERED = "delivered"  # the relay delivered it before its cancel window closed
+    TOO_LATE = "too_late"  # the cancel window closed: delivered, or on its way
+
+
 class DelayStore:
     def __init__(self, redis: Redis, layout: KeyLayout) -> None:
         self._redis = redis
@@ -47,18 +54,22 @@ class DelayStore:
                                                          token, park_until_ms, lock_timeout_ms])
         return Settled(text(r[0]))
 
-    async def cancel(self, delay_id: str, expire_at_ms: int) -> bool:
-        """Cancel a delayed record unless it was delivered; True if it is (now) cancelled."""
-        r = await self._marks(keys=[self._keys.delay_mark(delay_id)], args=["cancel", expire_at_ms])
-        return text(r) == "cancelled"
+    async def cancel(self, delay_id: str, due_ms: int, cutoff_ms: int,
+                     expire_at_ms: int) -> CancelOutcome:
+        """Cancel a delayed record due at ``due_ms`` unless it was delivered or is due within
+        ``cutoff_ms`` (Redis' clock); the mark lives until ``expire_at_ms``."""
+        r = await self._marks(keys=[self._keys.delay_mark(delay_id)],
+                              args=["cancel", due_ms, cutoff_ms, expire_at_ms])
+        return CancelOutcome(text(r))
 
-    async def deliver(self, marks: list[tuple[str, int]]) -> set[int]:
-        """Mark records delivered (``(id, expire_at_ms)`` each); the indexes of those that were
-        cancelled first, which must not be delivered."""
-        if not marks:
+    async def deliver(self, records: list[tuple[str, int]], cutoff_ms: int) -> set[int]:
+        """Before records (``(id, due ms)`` each) are written to their topics: the indexes of
+        those cancelled, which must not be. Writes nothing for the others (unless the caller's
+        clock runs ahead of Redis' by more than ``cutoff_ms``, see delay_marks.lua)."""
+        if not records:
             return set()
-        r = await self._marks(keys=[self._keys.delay_mark(i) for i, _ in marks],
-                              args=["deliver", *(at for _, at in marks)])
+        r = await self._marks(keys=[self._keys.delay_mark(i) for i, _ in records],
+                              args=["deliver", cutoff_ms, *(due for _, due in records)])
         return {int(i) - 1 for i in r}
 
     async def poke(self, written: dict[str, dict[str, int]]) -> None:

@@ -32,8 +32,10 @@ state each have a slot of their own.
 ``P:{alerts}:lease``        string  node that evaluates alerts this interval (``SET NX PX``)
 ``P:{alerts}:lock``         string  token of the running alert evaluation
 ``P:{ckpt}:lease``          string  node that checkpoints offsets to the broker this interval
-``P:{delay}:m:<id>``        string  a delayed record's fate: ``c`` cancelled, ``d`` delivered;
-                                    expires ``delay_mark_retention_ms`` after its due time
+``P:{delay}:m:<id>``        string  ``c``: a cancelled delayed record, expires
+                                    ``delay_mark_retention_ms`` after its due time (``d``,
+                                    delivered, only from a relay whose clock runs ahead of
+                                    Redis' by over ``delay_cancel_cutoff_ms``; until the due time)
 ``P:{delay}:poke``          channel a level topic that was written to (wakes relays at once)
 ==========================  ======  =====================================================
 
