@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 APT_GET := $(shell [ "$$(id -u)" = 0 ] && echo apt-get || echo sudo apt-get)
 
-.PHONY: run test test-tansu test-kafka test-fast test-deps bench deps system lint clean
+.PHONY: run test test-tansu test-kafka test-fast test-deps bench soak deps system lint clean
 
 deps: system $(STAMP)
 
@@ -86,6 +86,12 @@ lint: deps
 
 bench: deps
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# Minutes of steady produce/delay/nack load through two nodes (Apache Kafka by default); fails if
+# Redis keys or memory grow with the records delivered, a record is lost or a 5xx is answered.
+# Not part of CI. E.g. SOAK_ARGS="--minutes 10 --broker tansu --json".
+soak: deps
+	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

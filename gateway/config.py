@@ -89,6 +89,9 @@ class Settings:
     checkpoint_interval_ms: int = 5000
     #: The Kafka consumer group of consumer ``C`` is ``<prefix>C``.
     checkpoint_group_prefix: str = "mqgw."
+    #: The compacted topic that holds the registry's durable copy (core/registry_copy.py),
+    #: restored when Redis comes back empty. Empty: ``<key_prefix>.registry``; ``-``: no copy.
+    registry_topic: str = ""
     #: Watermarks (ListOffsets) are refreshed at most this often per topic across all nodes.
     metadata_refresh_ms: int = 200
     #: Batch size default and hard cap for /message.
@@ -122,6 +125,10 @@ class Settings:
     auth: bool = True
     #: One JSON line per HTTP request (logger ``mqgw.access``).
     access_log: bool = True
+    #: The share of successful requests (status below 400) the access log writes a line for,
+    #: chosen at random; error answers (400 and up) always get one. A line is about 250 bytes and
+    #: 6-7 µs of CPU (BENCHMARKS.md, issue 20): 1 logs every request, 0 errors only.
+    access_log_sample: float = 0.01
     #: Root log level: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
     #: How often backlog alerts are evaluated (by one node per interval, elected in Redis).
@@ -141,6 +148,14 @@ class Settings:
     body_timeout_ms: int = 10_000
     #: An idle keep-alive connection is closed after this long.
     keep_alive_timeout_ms: int = 5_000
+    #: Largest request head (request line and headers), in bytes: a larger one, or one still
+    #: unfinished past it, is answered 431 and the connection closed.
+    max_head_bytes: int = 32_768
+    #: Most header fields in one request head (431 beyond).
+    max_headers: int = 100
+    #: A connection whose client does not read its answers is aborted when unsent response data
+    #: waited this long: over 64 KiB of it not drained, or a close not sending its last bytes.
+    write_timeout_ms: int = 30_000
     #: Open connections per worker process; beyond it new connections are answered 503 and
     #: closed at once instead of exhausting file descriptors. 0: derived from the process's file
     #: limit (RLIMIT_NOFILE) minus a reserve.
@@ -159,10 +174,13 @@ class Settings:
     delay_partitions: int = 2
     #: Replication factor of the topics the gateway creates (-1: the broker's default).
     delay_replication: int = -1
-    #: A cancel or delivered mark lives this long after the record's due time: a cancel sent
-    #: after that is answered "already delivered", and a relay stopped for longer than this
-    #: could deliver a record that was cancelled.
+    #: A cancel mark lives this long after the record's due time: a relay stopped for longer
+    #: than this could deliver a record that was cancelled.
     delay_mark_retention_ms: int = 7 * 24 * 3600 * 1000
+    #: Cancels are refused from this long before a record's due time on (Redis' clock): the
+    #: record is delivered or on its way, and no mark per delivered record is kept to say which.
+    #: Must exceed the clock skew between relay nodes and Redis.
+    delay_cancel_cutoff_ms: int = 1000
     #: Run the relay that moves delayed records along the wheel in this process (``mqgw relay``
     #: runs it alone; turn it off on nodes that should only serve requests).
     relay: bool = True
@@ -218,7 +236,16 @@ class Settings:
         if s.start_position not in ("latest", "earliest"):
             raise SettingsError("start_position (MQGW_START_POSITION) must be 'latest' or "
                                 f"'earliest', not {s.start_position!r}")
+        if not 0 <= s.access_log_sample <= 1:
+            raise SettingsError("access_log_sample (MQGW_ACCESS_LOG_SAMPLE) is a share of requests, "
+                                f"from 0 to 1, not {s.access_log_sample!r}")
         return s
+
+    def registry_copy_topic(self) -> str:
+        """The registry's durable copy topic ('' when turned off)."""
+        if self.registry_topic == "-":
+            return ""
+        return self.registry_topic or re.sub(r"[^A-Za-z0-9._-]", "_", self.key_prefix) + ".registry"
 
     def memory_topic_map(self) -> dict[str, int]:
         """Parse ``memory_topics`` (``orders:4,audit:1``)."""

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 import httpx
 import redis
@@ -76,6 +77,11 @@ class Node:
                 self.kill()
 
 
+def registry_topic(redis_url: str, key_prefix: str = "mqgw") -> str:
+    """The registry copy's topic of the nodes on this Redis (start_node)."""
+    return f"{key_prefix}.registry.{urlparse(redis_url).port}"
+
+
 def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1,
                **settings: Any) -> Node:
     port = devstack.free_port()
@@ -92,6 +98,9 @@ def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1,
         # Tansu defect: a fetch racing producers at its tail can skip records that become
         # readable a moment later; the gateway then looks at a hole twice (Settings.gap_recheck_ms).
         env["MQGW_GAP_RECHECK_MS"] = "30"
+    # The registry's durable copy (core/registry_copy.py) is a topic per Redis (and key prefix):
+    # a test's own redis-server must not be given the entities of the session's shared one.
+    env["MQGW_REGISTRY_TOPIC"] = registry_topic(redis_url, settings.get("key_prefix", "mqgw"))
     env.update({f"MQGW_{k.upper()}": str(v) for k, v in settings.items()})
     log = tmp / f"node-{port}.log"
     with open(log, "wb") as out:  # the child keeps its own copy of the descriptor

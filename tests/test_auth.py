@@ -201,3 +201,57 @@ def test_cached_produce_verdicts_never_outlive_a_revocation_or_a_registration_ch
     kid = next(k["id"] for k in sec.admin("GET", "/admin/keys")["keys"] if k["producers"] == [p])
     assert sec.admin("DELETE", f"/admin/keys/{kid}", node=1)["revoked"] is True
     assert [produce(0, t1), produce(1, t1)] == [401, 401]
+
+
+#: Requests whose input is also wrong, one per route that takes a key: (method, path, kw).
+BAD_INPUT: list[tuple[str, str, dict[str, Any]]] = [
+    ("GET", "/message", {"params": {"consumer": "a:b", "topic": "t"}}),
+    ("GET", "/message", {"params": {"consumer": "g", "topic": "t", "max": "many"}}),
+    ("POST", "/message", {"content": b"{not json"}),
+    ("POST", "/produce", {"json": {"topic": "t"}}),
+    ("POST", "/produce?typo=1", {"json": {"topic": "t", "value": "x"}}),
+    ("POST", "/produce", {"json": {"topic": "t", "value": "x", "delayMs": 1, "deliverAt": 1}}),
+    ("POST", "/ack", {"json": {}}),
+    ("POST", "/ack", {"json": {"requestId": "garbage"}}),
+    ("POST", "/nack", {"json": {"requestId": "garbage", "failed": "x"}}),
+    ("POST", "/unlock", {"json": {"requestId": 5}}),
+    ("DELETE", "/delayed/garbage", {}),
+    ("GET", "/consumers/a:b/queues", {}),
+    ("GET", "/consumers/nobody-ever/clients", {}),
+    ("GET", "/consumers/g/clients/a:b/queues", {}),
+    ("GET", "/admin/consumers?x=1", {}),
+    ("GET", "/admin/consumers/nobody-ever", {}),
+    ("PUT", "/admin/consumers/g", {"json": {"topics": "t"}}),
+    ("PATCH", "/admin/consumers/g", {"json": {"maxBatch": 0}}),
+    ("DELETE", "/admin/consumers/g?deleteOffsets=maybe", {}),
+    ("POST", "/admin/consumers/a:b/pause", {}),
+    ("POST", "/admin/consumers/g/reset", {"json": {"to": "nowhere"}}),
+    ("GET", "/admin/consumers/g/dead-letters?partition=-1", {}),
+    ("POST", "/admin/consumers/g/dead-letters/redrive", {"json": {"target": "x"}}),
+    ("GET", "/admin/producers?x=1", {}),
+    ("PUT", "/admin/producers/p", {"json": {}}),
+    ("POST", "/admin/keys", {"json": {"name": "k"}}),
+    ("GET", "/admin/keys/nope?x=1", {}),
+    ("GET", "/admin/backlog?consumer=a:b", {}),
+    ("GET", "/admin/alerts?all=maybe", {}),
+]
+
+
+@pytest.mark.timeout(60)
+def test_a_bad_key_is_told_before_bad_input(sec: Secure) -> None:
+    """A well-formed key that is unknown, or was revoked, got 400 invalid_* (or 404) when the
+    input was also bad; the README says a wrong key gets 401: the key is checked first."""
+    revoked = sec.key("soon-revoked", admin=True, consumers=["g"], producers=["p"])
+    kid = revoked.split("_")[1]
+    sec.admin("DELETE", f"/admin/keys/{kid}")
+    unknown = "mqgw_0123456789abcdef_" + "A" * 43
+    for key in (unknown, revoked, None):
+        for method, path, kw in BAD_INPUT:
+            r = sec.call(method, path, key, **kw)
+            want = "missing_api_key" if key is None else "invalid_api_key"
+            assert r.status_code == 401 and r.json()["error"]["code"] == want, (method, path, r.text)
+            assert r.headers["www-authenticate"].startswith("Bearer")
+    # with a good key the same requests are refused for their input (or their name), not the key
+    for method, path, kw in BAD_INPUT:
+        r = sec.call(method, path, sec.admin_key, **kw)
+        assert r.status_code in (400, 404), (method, path, r.text)

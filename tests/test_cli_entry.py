@@ -17,3 +17,17 @@ def test_the_mqgw_console_script_runs() -> None:
     assert p.returncode == 0, p.stderr
     for command in ("serve", "dev", "admin", "snapshot", "report"):
         assert command in p.stdout
+
+
+def test_version() -> None:
+    """``mqgw --version`` prints the installed package's version, which is also the one the
+    package says it is (pyproject.toml and gateway/__init__.py agree)."""
+    from importlib.metadata import version
+
+    import gateway
+
+    script = Path(sys.executable).with_name("mqgw")
+    p = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == f"mq-gateway {version('mq-gateway')}\n"
+    assert version("mq-gateway") == gateway.__version__

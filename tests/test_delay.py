@@ -266,6 +266,9 @@ def test_cancel_before_and_after_the_due_time(
             keep, drop, now = r.json()["results"]
             assert "offset" in now and "delayId" not in now
             assert keep["deliverAt"] > time.time() * 1000
+            for padded in (f"{drop['delayId']}=", f"{drop['delayId']}=="):  # one spelling per id
+                r = http.delete(f"{node.url}/delayed/{padded}")
+                assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_delay_id", r.text
             r = http.delete(f"{node.url}/delayed/{drop['delayId']}")
             assert r.status_code == 200, r.text
             assert r.json() == {"result": "cancelled", "delayId": drop["delayId"],
@@ -305,16 +308,35 @@ def test_bad_delays_are_refused_with_a_code(
             ({"value": "x", "delayMs": 5, "deliverAt": 10}, "conflicting_delay"),
             ({"messages": [{"value": "x"}], "delayMs": 5, "deliverAt": 10}, "conflicting_delay"),
             ({"messages": [{"value": "x", "delayMs": []}]}, "invalid_delay"),
+            # RFC 3339 only (the full table: test_timeparse.py); ISO 8601's extras are refused
+            ({"value": "x", "deliverAt": "2026-11-25T20:00:00+05"}, "invalid_deliver_at"),
+            ({"value": "x", "deliverAt": "2026-W48-3T20:00:00Z"}, "invalid_deliver_at"),
+            ({"value": "x", "deliverAt": "2026-11-25T20:00:00.Z"}, "invalid_deliver_at"),
+            ({"value": "x", "deliverAt": "2026-11-25T20:00:00Z\x00"}, "invalid_deliver_at"),
+            ({"value": "x", "deliverAt": "2026-11-25 20:00:00Z"}, "invalid_deliver_at"),
+            ({"value": "x", "deliverAt": "2016-12-30T23:59:60Z"}, "invalid_deliver_at"),
+            # numbers that look like seconds: before, delivered at once (1970 in ms)
+            ({"value": "x", "deliverAt": 1_795_636_800}, "deliver_at_in_seconds"),
+            ({"value": "x", "deliverAt": 0}, "deliver_at_in_seconds"),
+            ({"value": "x", "deliverAt": 10 ** 11 - 1}, "deliver_at_in_seconds"),
+            ({"messages": [{"value": "x"}], "deliverAt": 1_795_636_800}, "deliver_at_in_seconds"),
+            ({"messages": [{"value": "x", "deliverAt": 1_795_636_800.0}]}, "deliver_at_in_seconds"),
         ]
         with httpx.Client(timeout=10) as http:
             for body, code in cases:
                 r = http.post(f"{node.url}/produce", json={"topic": topic, **body})
                 assert r.status_code == 400, (body, r.text)
                 assert r.json()["error"]["code"] == code, (body, r.text)
-            # 0 and a past deliverAt are written at once, as a plain produce
+            seconds = http.post(f"{node.url}/produce", json={"topic": topic, "value": "x",
+                                                             "deliverAt": 1_795_636_800})
+            assert "milliseconds" in seconds.json()["error"]["message"]
+            assert "1795636800000" in seconds.json()["error"]["message"]
+            # 0 and a past deliverAt are written at once, as a plain produce; RFC 3339 allows
+            # a lower-case t and z, and a leap second (before, both were refused)
             r = http.post(f"{node.url}/produce", json={"topic": topic, "messages": [
                 {"value": "a", "delayMs": 0}, {"value": "b", "deliverAt": "2001-01-01T00:00:00Z"},
-                {"value": "c", "deliverAt": 1}]})
+                {"value": "c", "deliverAt": 10 ** 11}, {"value": "d", "deliverAt": "2001-01-01t00:00:00z"},
+                {"value": "e", "deliverAt": "2016-12-31T23:59:60Z"}]})
             assert r.status_code == 200, r.text
             assert all("offset" in x for x in r.json()["results"]), r.text
     finally:
@@ -371,3 +393,52 @@ def test_delivered_records_leave_nothing_in_redis(
     finally:
         rds.close()
         node.stop()
+
+
+def _checkpointed(rds: Any, consumer: str) -> bool:
+    """Every queue of the consumer's hash has its committed offset in the broker's checkpoint."""
+    h = {k.decode(): v for k, v in rds.hgetall(f"mqgw:{{{consumer}}}:q").items()}
+    coms = {k[:-4]: v for k, v in h.items() if k.endswith(":com")}
+    return bool(coms) and all(h.get(f"{q}:ckp") == v for q, v in coms.items())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_redis_lost_the_relay_resumes_where_it_was(
+        bootstrap: str, make_topic: Callable[..., str], tmp_path: Path) -> None:
+    """The relay's positions in the level topics are checkpointed like a consumer's: a Redis
+    emptied after delayed records were delivered delivers none of them again. Before: the relay
+    started every level at its earliest retained record and delivered them all a second time."""
+    import redis as redis_lib
+
+    from gateway.cli import devstack
+
+    svc = devstack.start_redis()
+    url = svc.extra["url"]
+    rds = redis_lib.Redis.from_url(url)
+    topic = make_topic(1)
+    node, = _nodes(url, bootstrap, tmp_path, 1, unique("dr") + ".", checkpoint_interval_ms=300)
+    group = unique("relayloss")
+    coll = Collector([node.url], topic, group, threads=1)
+    try:
+        first = {f"a{i}": 200 + 60 * i for i in range(20)}
+        _produce_delayed(node.url, topic, first)
+        coll.wait_for(len(first), 60)
+        assert set(coll.arrived) == set(first)
+        deadline = time.monotonic() + 60
+        while not (_checkpointed(rds, "_mqgw.relay") and _checkpointed(rds, group)):
+            assert time.monotonic() < deadline, "the relay's and the consumer's checkpoints"
+            time.sleep(0.1)
+        rds.flushall()
+        second = {f"b{i}": 300 for i in range(10)}
+        _produce_delayed(node.url, topic, second)
+        coll.wait_for(len(first) + len(second), 60)
+        assert set(second) <= set(coll.arrived)
+        time.sleep(1)  # room for duplicates to show
+        twice = sorted(v for v, times in coll.arrived.items() if len(times) > 1)
+        assert not twice, f"delivered again after the Redis loss: {twice}"
+    finally:
+        coll.close()
+        node.stop()
+        rds.close()
+        svc.stop()

@@ -374,3 +374,162 @@ def test_the_report_image_is_where_mqgw_report_runs() -> None:
     assert 'ENTRYPOINT ["mqgw", "report"]' in report
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert any(d.startswith("pyspark") for d in pyproject["project"]["optional-dependencies"]["reports"])
+
+
+# --- what is reachable from outside (issue 20) -------------------------------------------------
+
+#: Paths that must not be public: the admin API and the metrics (README: Known limitations).
+PRIVATE = ("/admin", "/metrics")
+
+
+def _api_paths() -> list[str]:
+    """Every path of openapi.yaml, with a sample value for each {parameter}."""
+    spec = yaml.safe_load((ROOT / "openapi.yaml").read_text())
+    return [re.sub(r"\{[^}]+\}", "x", p) for p in spec["paths"]]
+
+
+def _private(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in PRIVATE)
+
+
+def _ingress_routes(path: str) -> bool:
+    """Whether one of the Ingress' paths takes ``path`` (Kubernetes' Prefix and Exact rules:
+    a Prefix matches whole path elements)."""
+    for rule in one("Ingress", "mq-gateway")["spec"]["rules"]:
+        for p in rule["http"]["paths"]:
+            want, kind = p["path"], p["pathType"]
+            if kind == "Exact" and path == want:
+                return True
+            if kind == "Prefix" and (want == "/" or path == want.rstrip("/")
+                                     or path.startswith(want.rstrip("/") + "/")):
+                return True
+    return False
+
+
+def test_the_ingress_routes_the_public_api_only() -> None:
+    paths = _api_paths()
+    public = [p for p in paths if not _private(p)]
+    assert {"/produce", "/message", "/ack"} <= set(public)
+    assert [p for p in public if not _ingress_routes(p)] == []
+    private = [p for p in paths if _private(p)] + ["/admin", "/admin/", "/metrics/", "/admin/x/y"]
+    assert len(private) > 10
+    assert [p for p in private if _ingress_routes(p)] == []
+
+
+def _nginx_tree(text: str) -> list[Any]:
+    """nginx.conf as nested [name, args, children] (comments and quotes handled; enough for
+    this file, which has no regex locations and no includes)."""
+    tokens = re.findall(r"""'[^']*'|"[^"]*"|[{};]|[^\s{};'"]+""",
+                        re.sub(r"(?m)^\s*#.*$|\s#[^'\"\n]*$", "", text))
+    root: list[Any] = []
+    stack, words = [root], []
+    for tok in tokens:
+        if tok == "{":
+            node = [words[0], words[1:], []]
+            stack[-1].append(node)
+            stack.append(node[2])
+            words = []
+        elif tok == "}":
+            stack.pop()
+        elif tok == ";":
+            stack[-1].append([words[0], words[1:], None])
+            words = []
+        else:
+            words.append(tok)
+    assert len(stack) == 1 and not words
+    return root
+
+
+def _nginx_location(server: list[Any], path: str) -> list[Any]:
+    """The location nginx picks for ``path`` (exact, then the longest prefix; the test below
+    makes sure there is no regex location that could take over)."""
+    locs = [n for n in server if n[0] == "location"]
+    for n in locs:
+        if n[1][0] == "=" and n[1][1] == path:
+            return n
+    prefixes = [(n[1][-1], n) for n in locs if n[1][0] in ("^~",) or len(n[1]) == 1]
+    return max(((p, n) for p, n in prefixes if path.startswith(p)), key=lambda x: len(x[0]))[1]
+
+
+def test_nginx_keeps_admin_and_metrics_off_the_public_port() -> None:
+    tree = _nginx_tree((DEPLOY / "nginx.conf").read_text())
+    http = next(n for n in tree if n[0] == "http")
+    servers = [n[2] for n in http[2] if n[0] == "server"]
+    assert len(servers) == 1
+    server = servers[0]
+    locs = [n for n in server if n[0] == "location"]
+    assert not [n for n in locs if n[1][0] in ("~", "~*")], "a regex location could take over"
+    for path in _api_paths() + ["/admin", "/admin/", "/metrics/", "/"]:
+        loc = _nginx_location(server, path)
+        rules = [(n[0], n[1]) for n in loc[2] if n[0] in ("allow", "deny")]
+        assert any(n[0] == "proxy_pass" for n in loc[2]), path
+        if _private(path):
+            assert rules and rules[-1] == ("deny", ["all"]), (path, rules)
+            allowed = [a[0] for k, a in rules if k == "allow"]
+            assert allowed and set(allowed) <= {"127.0.0.1", "::1"}, (path, allowed)
+        else:
+            assert rules == [], (path, rules)
+
+
+# --- the snapshotter that lag reports need (issue 20) ------------------------------------------
+
+def test_kubernetes_runs_mqgw_snapshot_onto_a_volume() -> None:
+    deployments = [d for _, d in resources() if d["kind"] in ("Deployment", "CronJob")]
+    runs = [(d, c) for d in deployments
+            for c in d["spec"]["template"]["spec"]["containers"]
+            if c.get("command", [])[:2] == ["mqgw", "snapshot"]]
+    assert len(runs) == 1, "nothing (or more than one thing) runs `mqgw snapshot`"
+    d, c = runs[0]
+    spec = d["spec"]
+    # one writer, also during a rollout: two would write every sample twice
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    args = c["command"]
+    assert "--once" not in args
+    out = args[args.index("--out") + 1]
+    assert args[args.index("--every") + 1] == "60s"
+    # --out is on a volume that outlives the pod, made by this kustomization
+    mount = next(m for m in c["volumeMounts"] if out == m["mountPath"] or
+                 out.startswith(m["mountPath"].rstrip("/") + "/"))
+    assert not mount.get("readOnly")
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    claim = volumes[mount["name"]]["persistentVolumeClaim"]["claimName"]
+    one("PersistentVolumeClaim", claim)
+    # the gateway's configuration (redis_url, key_prefix) and image; no HMAC key needed
+    env = {e["name"]: e for e in c["env"]}
+    config_mount = next(m for m in c["volumeMounts"]
+                        if env["MQGW_CONFIG"]["value"] == f"{m['mountPath']}/gateway.toml")
+    assert volumes[config_mount["name"]]["configMap"]["name"] == "mq-gateway"
+    assert "MQGW_HMAC_KEY" not in env
+    assert c["image"] == gateway_container()["image"]
+    assert spec["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    # not one of the gateway's pods: neither its Service nor its disruption budget selects it
+    labels = spec["template"]["metadata"]["labels"]
+    assert _matches(spec["selector"]["matchLabels"], labels)
+    assert not _matches(one("Service", "mq-gateway")["spec"]["selector"], labels)
+    assert not _matches(one("PodDisruptionBudget", "mq-gateway")["spec"]["selector"]["matchLabels"],
+                        labels)
+
+
+# --- what the example files say (issue 20) -----------------------------------------------------
+
+def test_example_toml_states_the_code_s_key_minimum_and_no_tansu_setting() -> None:
+    from gateway.config import MIN_HMAC_KEY_BYTES
+
+    text = (DEPLOY / "gateway.example.toml").read_text()
+    said = re.findall(r"shorter than\s+(\d+)\s+bytes", text)
+    assert said == [str(MIN_HMAC_KEY_BYTES)]
+    # gap_recheck_ms is for Tansu, a development stand-in: a Kafka deployment keeps the default
+    table = tomllib.loads(text)["gateway"]
+    assert table.get("gap_recheck_ms", Settings().gap_recheck_ms) == 0
+    assert "gap_recheck_ms" not in configmap_toml()
+    comment = text[:text.index("# gap_recheck_ms")].rsplit("\n\n", 1)[-1]
+    assert "Tansu only" in comment
+
+
+def test_compose_says_it_needs_compose_v2() -> None:
+    compose = (DEPLOY / "docker-compose.yml").read_text()
+    assert "version" not in _compose()  # the Compose Specification, which v1 cannot read
+    assert "Compose v2" in compose.split("\nname:")[0]
+    readme = (ROOT / "README.md").read_text()
+    deploy_part = readme[readme.index("[`deploy/`](deploy) contains:"):]
+    assert "Compose v2" in deploy_part[:deploy_part.index("```sh")]

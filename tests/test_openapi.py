@@ -58,8 +58,10 @@ OAS31_DIALECT = "https://spec.openapis.org/oas/3.1/dialect/base"
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 #: Operations that never need an API key (``/metrics`` only once the app has it).
 OPEN_OPERATIONS = {("/healthz", "get"), ("/readyz", "get"), ("/openapi.yaml", "get"), ("/metrics", "get")}
+#: Operations that need no Redis with auth off: topic metadata and creation ask the broker only.
+BROKER_ONLY_OPERATIONS = {("/admin/topics", "get"), ("/admin/topics", "post"), ("/admin/topics/{topic}", "get")}
 #: A value for each path parameter, to call any operation without a request of its own.
-SAMPLE_PATH_PARAMS = {"group": "g", "client_id": "c", "name": "p", "key_id": "0123456789abcdef",
+SAMPLE_PATH_PARAMS = {"group": "g", "client_id": "c", "name": "p", "key_id": "0123456789abcdef", "topic": "t",
                       "delay_id": "x"}
 
 pytestmark = pytest.mark.timeout(60)
@@ -658,7 +660,9 @@ def test_broadcast_clients_and_queue_views(api: Api, make_topic: Callable[..., s
     # cluster mode of the same consumer has read nothing
     view = call(api, "GET", f"/consumers/{g}/queues", "/consumers/{group}/queues", 200)
     assert view["clientId"] is None and view["queues"] == []
-    assert call(api, "GET", f"/consumers/{g}/clients/nobody/queues", tmpl, 200)["queues"] == []
+    # a clientId (or consumer) never seen is told, not shown as empty
+    call(api, "GET", f"/consumers/{g}/clients/nobody/queues", tmpl, 404, "unknown_client")
+    call(api, "GET", f"/consumers/{unique()}/clients/c1/queues", tmpl, 404, "unknown_consumer")
     done()
 
 
@@ -827,11 +831,14 @@ def test_admin_consumer_registry(api: Api, make_topic: Callable[..., str], other
     # unregister, keeping the offsets, then with them
     gone = call(api, "DELETE", f"/admin/consumers/{g}", tmpl, 200)
     assert gone == {"consumer": g, "unregistered": True, "offsetsDeleted": False, "keysDeleted": 0}
-    call(api, "GET", f"/admin/consumers/{g}", tmpl, 404, "unknown_consumer")
+    # its offsets are still there: known, unregistered
+    assert call(api, "GET", f"/admin/consumers/{g}", tmpl, 200)["registered"] is False
     assert call(api, "GET", f"/consumers/{g}/queues", "/consumers/{group}/queues", 200)["queues"]
     gone = call(api, "DELETE", f"/admin/consumers/{g}", tmpl, 200, params={"deleteOffsets": "true"})
     assert gone["unregistered"] is False and gone["offsetsDeleted"] is True and gone["keysDeleted"] >= 1
-    assert call(api, "GET", f"/consumers/{g}/queues", "/consumers/{group}/queues", 200)["queues"] == []
+    # nothing is left of it: unknown again
+    call(api, "GET", f"/admin/consumers/{g}", tmpl, 404, "unknown_consumer")
+    call(api, "GET", f"/consumers/{g}/queues", "/consumers/{group}/queues", 404, "unknown_consumer")
     gone = call(api, "DELETE", f"/admin/consumers/{gb}", tmpl, 200, params={"deleteOffsets": "1"})
     assert gone["unregistered"] is True and gone["keysDeleted"] >= 2  # clients zset + c1's offsets
     done()
@@ -855,6 +862,26 @@ def test_rate_limited_fetch(api: Api, make_topic: Callable[..., str], done: Call
     assert "ack" not in check(r, "/message", 429)
     configure(api, g, {"rateLimit": None})
     assert [m["value"] for m in fetch_ok(api, consumer=g, topic=topic, max=10)["messages"]] == ["b"]
+    done()
+
+
+def test_admin_topics(api: Api, done: Callable[[], None]) -> None:
+    name, tmpl = unique("oat"), "/admin/topics/{topic}"
+    body = {"name": name, "partitions": 2}
+    check_request_body(body, "/admin/topics", "post")
+    created = call(api, "POST", "/admin/topics", status=201, json=body)
+    assert call(api, "GET", f"/admin/topics/{name}", tmpl, 200) == created
+    call(api, "POST", "/admin/topics", status=409, code="topic_exists", json=body)
+    call(api, "POST", "/admin/topics", status=400, code="invalid_partitions",
+         json={"name": unique("oat"), "partitions": 0})
+    call(api, "POST", "/admin/topics", status=403, code="internal_topic",
+         json={"name": "mqgw.delay.1ms", "partitions": 1})
+    call(api, "GET", f"/admin/topics/{unique('none')}", tmpl, 404, "unknown_topic")
+    call(api, "GET", "/admin/topics/a:b", tmpl, 400, "invalid_topic")
+    check_query({"internal": "true"}, "/admin/topics", "get")
+    listed = call(api, "GET", "/admin/topics", status=200, params={"internal": "true"})
+    assert name in {t["name"] for t in listed["topics"]}
+    call(api, "GET", "/admin/topics", status=400, code="invalid_internal", params={"internal": "x"})
     done()
 
 
@@ -908,10 +935,12 @@ def test_backlog_and_alerts(node_factory: Callable[..., Node], make_topic: Calla
         assert isinstance(rows[g]["oldestAgeMs"], int) and rows[g]["queues"][0]["lockAgeMs"] is not None
         assert (rows[gb]["mode"], rows[gb]["alerts"], rows[gb]["clients"][0]["clientId"]) == ("broadcast", None, "c1")
         assert rows[gb]["queues"][0]["clientId"] == "c1"
-        r = api.http.get(api.url("/admin/backlog"), params=[("consumer", g), ("consumer", "nobody"), ("age", "FALSE")])
+        r = api.http.get(api.url("/admin/backlog"), params=[("consumer", g), ("consumer", gb), ("age", "FALSE")])
         view = check(r, "/admin/backlog", 200)
-        assert [c["consumer"] for c in view["consumers"]] == sorted([g, "nobody"])
+        assert [c["consumer"] for c in view["consumers"]] == sorted([g, gb])
         assert all(c["oldestAgeMs"] is None for c in view["consumers"])
+        nobody = unique("nobody")  # a name never seen: told, not listed as empty
+        call(api, "GET", "/admin/backlog", status=404, code="unknown_consumer", params={"consumer": nobody})
         call(api, "GET", "/admin/backlog", status=400, code="invalid_consumer", params={"consumer": "a:b"})
         call(api, "GET", "/admin/backlog", status=400, code="missing_consumer", params={"consumer": ""})
         call(api, "GET", "/admin/backlog", status=400, code="invalid_age", params={"age": "maybe"})
@@ -1343,7 +1372,8 @@ def test_body_too_large(node_factory: Callable[..., Node], shared_topic: str, do
                   "/admin/consumers/{group}/dead-letters/redrive"), ("PUT", "/admin/consumers/g", "/admin/consumers/{group}"),
                  ("PATCH", "/admin/consumers/g", "/admin/consumers/{group}"),
                  ("POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset"),
-                 ("PUT", "/admin/producers/p", "/admin/producers/{name}"), ("POST", "/admin/keys", "/admin/keys")]
+                 ("PUT", "/admin/producers/p", "/admin/producers/{name}"), ("POST", "/admin/keys", "/admin/keys"),
+                 ("POST", "/admin/topics", "/admin/topics")]
         documented = {(p, m) for p, m, op in operations() if "requestBody" in op}
         assert {(t, m.lower()) for m, _, t in cases} == documented, "every operation with a body is covered"
         for method, path, template in cases:
@@ -1427,9 +1457,12 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
         for method, path, template, kw in cases:
             call(api, method, path, template, 503, "unavailable", **kw)
         assert dependency_errors(api, "redis") - before == len(cases)  # every 503, once
-        # every operation that reads or writes Redis is covered: all but the open ones
+        # every operation that reads or writes Redis is covered: all but the open ones, and the
+        # topic operations, which (with auth off) ask the broker only
         covered = {(t, m.lower()) for m, _, t, _ in cases}
-        assert covered == {(p, m) for p, m, _ in operations() if (p, m) not in OPEN_OPERATIONS}
+        assert covered == {(p, m) for p, m, _ in operations()
+                           if (p, m) not in OPEN_OPERATIONS | BROKER_ONLY_OPERATIONS}
+        call(api, "GET", f"/admin/topics/{shared_topic}", "/admin/topics/{topic}", 200)
         # producing needs no Redis (in open mode, naming no producer), nor do the metrics
         produce(api, {"topic": shared_topic, "value": "still works"})
         assert "mqgw_requests_total" in call(api, "GET", "/metrics", status=200)

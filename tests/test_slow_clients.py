@@ -1,5 +1,8 @@
 """Slow and misbehaving clients (issue 10), against nodes started as `mqgw serve` starts them.
 
+Issue 20: a client that sent requests and never read the answers held its connection (and the
+unsent answers) for as long as it liked: the write timeout (``write_timeout_ms``) ends it.
+
 Before: a connection that sent an unfinished request head and then a byte now and then was
 never timed out (3 x 14,500 of them took a node offline); a silent new connection neither; an
 early 413 kept the connection open with the rest of the body unread, so a pipelined request
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import time
 from collections.abc import Callable
 
@@ -178,3 +182,42 @@ def test_header_timeout_does_not_cut_long_polls(node_factory: Callable[..., Node
     r = httpx.get(f"{node.url}/message", timeout=30,
                   params={"topic": topic, "consumer": unique("lp"), "wait_ms": 2000})
     assert r.status_code == 200 and r.json()["status"] == "empty", r.text
+
+
+def test_a_client_that_never_reads_is_cut_after_the_write_timeout(node_factory: Callable[..., Node]) -> None:
+    node = node_factory(workers=1, write_timeout_ms=1000)
+    port = _port(node)
+    asked = 30  # answers of ~166 KB each (the spec): far more than the socket buffers hold
+
+    def write_timeouts(text: str) -> float:
+        m = re.search(r'mqgw_connections_dropped_total\{reason="write_timeout"\} (\S+)', text)
+        return float(m.group(1)) if m else 0.0
+
+    async def run() -> tuple[list[int], float, int]:
+        loop = asyncio.get_running_loop()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: fills soon
+        sock.setblocking(False)
+        await loop.sock_connect(sock, ("127.0.0.1", port))
+        await loop.sock_sendall(sock, b"GET /openapi.yaml HTTP/1.1\r\nHost: x\r\n\r\n" * asked)
+        codes, cut = [], 0.0
+        async with httpx.AsyncClient(timeout=10, verify=TLS) as http:
+            deadline = time.monotonic() + 60
+            while not cut and time.monotonic() < deadline:  # others are served meanwhile
+                codes.append((await http.get(f"{node.url}/healthz")).status_code)
+                cut = write_timeouts((await http.get(f"{node.url}/metrics")).text)
+                await asyncio.sleep(0.2)
+        got = 0  # what reading the connection now yields: the end comes short of the answers
+        try:
+            while data := await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), 20):
+                got += len(data)
+        except ConnectionResetError:
+            pass
+        finally:
+            sock.close()
+        return codes, cut, got
+
+    codes, cut, got = asyncio.run(run())
+    assert cut >= 1, "the connection that never read was not cut"
+    assert codes and set(codes) == {200}, codes
+    assert got < asked * 160_000, got

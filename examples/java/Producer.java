@@ -1,4 +1,5 @@
 import java.io.BufferedReader;
+import java.io.IOException;
 import java.io.InputStreamReader;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -9,6 +10,7 @@ import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ThreadLocalRandom;
 
 /**
  * Produce the lines of stdin to a topic, one record per line, up to 100 records per request.
@@ -20,11 +22,17 @@ import java.util.Map;
  * Environment: MQGW_URL (default http://127.0.0.1:8080), MQGW_API_KEY (sent as a bearer token),
  * MQGW_PRODUCER (the producer name, needed when a key is bound to several). Java 17+, no
  * dependencies: a small JSON reader is in Json.java (real code would use Jackson or Gson).
+ *
+ * A gateway that cannot be reached (not started yet, restarting, a network error) or answers
+ * 502/503/504 is retried until it answers, with capped exponential backoff: 0.5 s, 1 s, 2 s, ...
+ * up to 10 s between tries, each wait jittered (a random 50-100 %) so that many producers do not
+ * come back in step; a Retry-After longer than that is honoured. Each retry says why on stderr.
  */
 public class Producer {
     static final String URL = System.getenv().getOrDefault("MQGW_URL", "http://127.0.0.1:8080");
     static final String KEY = System.getenv("MQGW_API_KEY");
     static final int BATCH = 100;
+    static final long FIRST_RETRY_MS = 500, MAX_RETRY_MS = 10_000;
     // The default client prefers HTTP/2: on http:// it offers an h2c upgrade, which the gateway
     // declines, and the connection goes on as HTTP/1.1.
     static final HttpClient http = HttpClient.newHttpClient();
@@ -47,9 +55,34 @@ public class Producer {
     }
 
     /**
-     * One request for a batch. A 503 is retried after its Retry-After: a resend may write a
-     * record twice, which an at-least-once consumer must tolerate anyway.
+     * Send until the gateway gives an answer that is not "try again" (see the class comment). A
+     * resend may write a record twice (the first try may have been written before the connection
+     * broke), which an at-least-once consumer must tolerate anyway.
      */
+    static HttpResponse<String> send(HttpRequest request) throws InterruptedException {
+        for (long backoff = FIRST_RETRY_MS; ; backoff = Math.min(backoff * 2, MAX_RETRY_MS)) {
+            long waitMs = 0;
+            String why;
+            try {
+                HttpResponse<String> r = http.send(request, HttpResponse.BodyHandlers.ofString());
+                int status = r.statusCode();
+                if (status != 502 && status != 503 && status != 504) return r;
+                try {
+                    waitMs = 1000 * Long.parseLong(r.headers().firstValue("retry-after").orElse("0"));
+                } catch (NumberFormatException e) {
+                    waitMs = 0; // an HTTP date: use the backoff
+                }
+                why = "gateway answered " + status;
+            } catch (IOException e) { // refused, reset, timed out, no such host
+                why = "gateway unreachable at " + URL + " (" + e + ")";
+            }
+            waitMs = Math.max(waitMs, (long) (backoff * ThreadLocalRandom.current().nextDouble(0.5, 1.0)));
+            System.err.printf("producer: %s; retrying in %.1f s%n", why, waitMs / 1000.0);
+            Thread.sleep(waitMs);
+        }
+    }
+
+    /** One request for a batch, retried while the gateway is away ({@link #send}). */
     static List<?> produce(String topic, List<String> values) throws Exception {
         Map<String, Object> body = new LinkedHashMap<>();
         body.put("topic", topic);
@@ -60,14 +93,8 @@ public class Producer {
                 .header("content-type", "application/json")
                 .POST(HttpRequest.BodyPublishers.ofString(Json.write(body)));
         if (KEY != null) request.header("authorization", "Bearer " + KEY);
-        for (int attempt = 1; ; attempt++) {
-            HttpResponse<String> r = http.send(request.build(), HttpResponse.BodyHandlers.ofString());
-            if (r.statusCode() == 503 && attempt < 5) {
-                Thread.sleep(1000 * Long.parseLong(r.headers().firstValue("retry-after").orElse("1")));
-                continue;
-            }
-            if (r.statusCode() != 200) throw new IllegalStateException("produce: " + r.statusCode() + " " + r.body());
-            return (List<?>) ((Map<?, ?>) Json.parse(r.body())).get("results");
-        }
+        HttpResponse<String> r = send(request.build());
+        if (r.statusCode() != 200) throw new IllegalStateException("produce: " + r.statusCode() + " " + r.body());
+        return (List<?>) ((Map<?, ?>) Json.parse(r.body())).get("results");
     }
 }

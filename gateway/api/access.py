@@ -9,6 +9,11 @@ two of them, a ``Request`` object. On a no-op request on one worker that was mea
 Exceptions from an endpoint or from the router (404, 405) reach :class:`Front`, which answers
 with the app's handler for them; so error answers now carry the request id too.
 
+The access log writes a line for every error answer (400 and up) and for a random share
+``access_log_sample`` of the others (1 in 100 by default): at a line per request it was the
+largest thing a node wrote, ~250 MB an hour per node at 2,000 records/s, for lines nobody reads
+while every request is counted in the metrics anyway (README, Operations; BENCHMARKS.md, issue 20).
+
 HTTP (ASGI) lives here; the log format and the metrics themselves are :mod:`gateway.ops`'.
 """
 
@@ -18,6 +23,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from random import random
 from typing import Any
 
 from starlette.applications import Starlette
@@ -118,12 +124,17 @@ class Front:
 
     Only ``http.response.start`` is looked at, so long polls and streamed bodies pass through
     untouched. The duration runs until the app returns, i.e. until the body is fully sent.
+
+    The access line is written for every answer of 400 and up, and for a random share
+    ``access_log_sample`` (0 to 1) of the others; metrics count every request either way.
     """
 
-    def __init__(self, app: ASGIApp, handlers: Mapping[Any, Handler], access_log: bool = True) -> None:
+    def __init__(self, app: ASGIApp, handlers: Mapping[Any, Handler], access_log: bool = True,
+                 access_log_sample: float = 1.0) -> None:
         self.app = app
         self.handlers: dict[Any, Handler] = {HTTPException: _http_exception, **handlers}
         self.access_log = access_log
+        self.sample = access_log_sample
         # For starlette's own per-route wrapper, if a route is made without route().
         self._starlette_handlers = ({k: v for k, v in self.handlers.items() if not isinstance(k, int)},
                                     {k: v for k, v in self.handlers.items() if isinstance(k, int)})
@@ -172,7 +183,9 @@ class Front:
                 status = 500
             route = route_template(scope)
             metrics.observe_request(route, scope["method"], status, elapsed)
-            if self.access_log and access_log.isEnabledFor(logging.INFO):
+            # random() < 1 always holds: a sample of 1 logs every request
+            if self.access_log and (status >= 400 or random() < self.sample) \
+                    and access_log.isEnabledFor(logging.INFO):
                 client = scope.get("client")
                 log_access(scope["method"], scope["path"], route, status, round(elapsed * 1000, 3),
                            f"{client[0]}:{client[1]}" if client else None, rid)
@@ -188,13 +201,17 @@ class App(Starlette):
     ``exception_handlers`` maps exception classes (``Exception`` for the 500 answer) to
     ``async (request, exc) -> Response``. There is no ``middleware``: a layer between
     :class:`Front` and the router would be the per-request cost this removes.
+    ``access_log_sample``: the share of answers below 400 that get an access line (all here;
+    the gateway's is the setting of that name).
     """
 
     def __init__(self, routes: Sequence[BaseRoute], *,
                  exception_handlers: Mapping[Any, ExceptionHandler] | None = None,
-                 lifespan: Lifespan[Any] | None = None, access_log: bool = True) -> None:
+                 lifespan: Lifespan[Any] | None = None, access_log: bool = True,
+                 access_log_sample: float = 1.0) -> None:
         super().__init__(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)
         self.access_log = access_log
+        self.access_log_sample = access_log_sample
 
     def build_middleware_stack(self) -> ASGIApp:
-        return Front(self.router, self.exception_handlers, self.access_log)
+        return Front(self.router, self.exception_handlers, self.access_log, self.access_log_sample)

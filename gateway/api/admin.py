@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from ..core import reset as reset_offsets
 from ..core.errors import bad_request, not_found
-from ..core.names import check_name
+from ..core.names import check_name, check_public_topic, internal_topic_prefixes
 from ..ops import backlog
 from ..store import now_ms
 from .access import route
@@ -29,7 +29,7 @@ from .registry_wire import (
     registration_fields,
 )
 from .routes import JSON, NO_PARAMS, api_credential, check_query, read_json
-from .wire import dead_page_body, key_body, redrive_request, reset_body, reset_request
+from .wire import MAX_PARTITION, dead_page_body, key_body, redrive_request, reset_body, reset_request
 
 
 def _gw(request: Request) -> Any:
@@ -65,8 +65,8 @@ def _flag(request: Request, name: str, default: bool = False) -> bool:
 
 # -- consumers -------------------------------------------------------------------------------
 async def consumers_route(request: Request) -> Response:
-    check_query(request, NO_PARAMS)
     gw = await _admin(request)
+    check_query(request, NO_PARAMS)
     return JSON({"consumers": [consumer_body(r, gw.settings) for r in await gw.registry.list_consumers()]})
 
 
@@ -89,24 +89,25 @@ async def consumer_route(request: Request) -> Response:
 
 
 async def pause_route(request: Request) -> Response:
-    check_query(request, NO_PARAMS)
     gw = await _admin(request)
+    check_query(request, NO_PARAMS)
     group = check_name(request.path_params["group"], "consumer")
     paused = request.url.path.endswith("/pause")
-    await gw.registry.set_paused(group, paused)
-    return JSON({"consumer": group, "paused": paused})
+    created = await gw.registry.set_paused(group, paused)
+    return JSON({"consumer": group, "paused": paused, **({"created": True} if created else {})})
 
 
 async def reset_route(request: Request) -> Response:
-    check_query(request, NO_PARAMS)
     gw = await _admin(request)
+    check_query(request, NO_PARAMS)
     group = check_name(request.path_params["group"], "consumer")
     body = await _object_body(request, gw)
-    cfg = await gw.registry.require_known(group)  # 404 for an unknown name comes first
+    cfg, created = await gw.registry.writable(group)  # 404 for an unknown name comes first
     req = reset_request(body)
+    check_public_topic(req.topic, internal_topic_prefixes(gw.settings))
     result = await reset_offsets.reset(gw.store, gw.broker, group, req, cfg, gw.settings.client_idle_ms,
                                        gw.checkpoints)
-    return JSON(reset_body(result))
+    return JSON({**reset_body(result), **({"created": True} if created else {})})
 
 
 # -- dead letters ----------------------------------------------------------------------------
@@ -130,15 +131,14 @@ async def dead_letters_route(request: Request) -> Response:
     gw = await _admin(request)
     group = check_name(request.path_params["group"], "consumer")
     check_query(request, _DEAD_PARAMS)
-    await gw.registry.require_known(group)
+    await gw.registry.require_seen(group)
     encoding = request.query_params.get("encoding", "utf8")
     if encoding not in ("utf8", "base64"):
         raise bad_request("invalid_encoding", "encoding must be 'utf8' or 'base64'")
-    partition = request.query_params.get("partition")
-    if partition is not None and ((n := query_int(partition)) is None or n < 0):
-        raise bad_request("invalid_partition", "partition must be a non-negative integer")
+    partition = _query_number(request, "partition", None, 0, MAX_PARTITION)
     page = await gw.dead_letters.page(
-        group, _query_number(request, "limit", 20, 0, 1000), partition,
+        group, _query_number(request, "limit", 20, 0, 1000),
+        str(partition) if partition is not None else None,
         _query_number(request, "offset", None, 0, 2**63 - 1))
     return JSON(dead_page_body(page, encoding))
 
@@ -152,6 +152,7 @@ async def redrive_route(request: Request) -> Response:
         raise bad_request("invalid_body", "request body must be a JSON object")
     check_query(request, _REDRIVE_FIELDS, body=body)
     await gw.registry.require_known(group)
+    await gw.registry.require_seen(group)  # in open mode too: a never-seen name has none
     target, partition, to_offset, limit = redrive_request(body)
     moved = await gw.dead_letters.redrive(group, target, partition, to_offset, limit)
     return JSON({"consumer": group, "deadLetterTopic": await gw.dead_letters.topic_of(group),
@@ -160,14 +161,14 @@ async def redrive_route(request: Request) -> Response:
 
 # -- producers -------------------------------------------------------------------------------
 async def producers_route(request: Request) -> Response:
-    check_query(request, NO_PARAMS)
     gw = await _admin(request)
+    check_query(request, NO_PARAMS)
     return JSON({"producers": [producer_body(r) for r in await gw.registry.list_producers()]})
 
 
 async def producer_route(request: Request) -> Response:
-    check_query(request, NO_PARAMS)
     gw = await _admin(request)
+    check_query(request, NO_PARAMS)
     name = check_name(request.path_params["name"], "producer")
     if request.method == "GET":
         rec = await gw.registry.get_producer(name)
@@ -182,8 +183,8 @@ async def producer_route(request: Request) -> Response:
 
 # -- API keys --------------------------------------------------------------------------------
 async def keys_route(request: Request) -> Response:
-    check_query(request, NO_PARAMS)
     gw = await _admin(request)
+    check_query(request, NO_PARAMS)
     if request.method == "GET":
         return JSON({"keys": [key_body(r) for r in await gw.keys.all()]})
     body = await _object_body(request, gw)
@@ -203,8 +204,8 @@ async def keys_route(request: Request) -> Response:
 
 
 async def key_route(request: Request) -> Response:
-    check_query(request, NO_PARAMS)
     gw = await _admin(request)
+    check_query(request, NO_PARAMS)
     key_id = request.path_params["key_id"]
     rec = await (gw.keys.revoke(key_id) if request.method == "DELETE" else gw.keys.get(key_id))
     if rec is None:
@@ -217,6 +218,8 @@ async def backlog_route(request: Request) -> Response:
     gw = await _admin(request)
     check_query(request, _BACKLOG_PARAMS, lists=frozenset({"consumer"}))
     names = [check_name(c, "consumer", internal_ok=True) for c in request.query_params.getlist("consumer")]
+    for name in names:  # a typo is told, not shown as an empty row
+        await gw.registry.require_seen(name)
     rows = await backlog.collect(gw, names or None, with_age=_flag(request, "age", default=True))
     return JSON({"consumers": rows, "generatedMs": now_ms()})
 

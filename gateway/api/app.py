@@ -25,14 +25,17 @@ from ..config import Settings, hmac_key_problem, hmac_key_refusal, node_id
 from ..core.auth import Authorizer, KeyStore
 from ..core.checkpoint import Checkpoints
 from ..core.consume import ConsumeService
-from ..core.deadletters import DeadLetters
+from ..core.deadletters import CURSOR_GROUP, DeadLetters
 from ..core.delay import DelayService
 from ..core.errors import DomainError
 from ..core.nack import NackService
+from ..core.names import internal_topic_prefixes
 from ..core.produce import ProduceGate
 from ..core.registry import Registry
-from ..core.relay import Relay
+from ..core.registry_copy import RegistryCopy
+from ..core.relay import RELAY_GROUP, Relay
 from ..core.requestid import RequestIdCodec
+from ..core.topics import TopicService
 from ..core.watermarks import Watermarks
 from ..ops import logs, metrics
 from ..ops.alerts import AlertMonitor
@@ -41,6 +44,7 @@ from .access import App
 from .admin import admin_routes
 from .errors import ApiError, from_domain, unavailable_body
 from .routes import JSON, data_routes
+from .topics import topic_routes
 
 log = logging.getLogger("mqgw")
 _SPEC = resources.files("gateway") / "openapi.yaml"  # a link to the top-level spec, packaged as data
@@ -63,6 +67,7 @@ class Gateway:
     dead_letters: DeadLetters
     relay: Relay | None = None  # None: this process does not relay (``relay = false``)
     alerts: AlertMonitor | None = None  # backlog alerts: set and started in lifespan
+    topics: TopicService | None = None  # /admin/topics
 
 
 def create_app(settings: Settings | None = None, broker: Broker | None = None) -> Starlette:
@@ -81,10 +86,13 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
         wm = Watermarks(store, b, settings.metadata_refresh_ms)
         keys = KeyStore(store)
         auth = Authorizer(settings.auth, keys)
-        checkpoints = Checkpoints(settings, store, b)
+        checkpoints = Checkpoints(settings, store, b, on_restore=metrics.offsets_restored)
+        copy = RegistryCopy(settings, store, b)
+        store.registry.journal = copy.wrote
+        await copy.start()  # a Redis that lost the registry gets it back before this serves
         consume = ConsumeService(settings, store, b, wm, RequestIdCodec(settings.hmac_key), auth,
                                  on_ack=lambda r: metrics.acked(r.result.value),
-                                 checkpoints=checkpoints)
+                                 checkpoints=checkpoints, registry_copy=copy)
         spec = _SPEC.read_bytes() if _SPEC.is_file() else b""
         key_problem = hmac_key_problem(settings.hmac_key)  # only without auth (refused above)
         if key_problem is not None:
@@ -98,16 +106,17 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
                         "producers are served")
         registry = Registry(store, settings, checkpoints)
         gate = ProduceGate(store, settings.open_mode,
-                           internal=(settings.delay_topic_prefix, settings.retry_topic_prefix))
+                           internal=internal_topic_prefixes(settings))
         delay = DelayService(settings, store, b)
-        relay = Relay(settings, store, b, wm, delay, metrics.delay_moved) \
+        relay = Relay(settings, store, b, wm, delay, metrics.delay_moved, checkpoints) \
             if settings.relay and not delay.native else None
         if relay is not None:
             delay.poke = relay.poke
             relay.start()
         nack = NackService(settings, store, b, consume, delay)
         app.state.gw = Gateway(settings, store, b, consume, spec, registry, keys, auth, checkpoints,
-                               gate, delay, nack, DeadLetters(settings, store, b, wm), relay)
+                               gate, delay, nack, DeadLetters(settings, store, b, wm, checkpoints), relay,
+                               topics=TopicService(settings, b, wm))
         listener = asyncio.create_task(gate.listen(f"{node_id()}:{uuid.uuid4().hex[:8]}"),
                                        name="mqgw-registry-changes")
         alerts = app.state.gw.alerts = AlertMonitor(app.state.gw)
@@ -115,7 +124,7 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
 
         async def names() -> set[str]:
             registered, seen = await registry.consumer_names()
-            return registered | seen
+            return registered | seen | {RELAY_GROUP, CURSOR_GROUP}  # the gateway's own too
         checkpoints.start(names)
         try:
             yield
@@ -127,11 +136,13 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
             await checkpoints.stop()
+            await copy.stop()
             await alerts.stop()
             await b.close()
             await store.aclose()
 
-    return App(data_routes + admin_routes, lifespan=lifespan, access_log=settings.access_log,
+    return App(data_routes + admin_routes + topic_routes, lifespan=lifespan, access_log=settings.access_log,
+               access_log_sample=settings.access_log_sample,
                exception_handlers={
         ApiError: _api_error,
         DomainError: _domain_error,

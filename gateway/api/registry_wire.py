@@ -60,8 +60,13 @@ def _delays(v: Any) -> str | None:
     return ",".join(str(_number(d, "invalid_retry", "retry.delaysMs[]", 0, 2**40)) for d in v)
 
 
-def consumer_fields(body: dict[str, Any]) -> dict[str, str | None]:
-    """Validate API fields into hash fields; None deletes a field (an API ``null``)."""
+def consumer_fields(body: dict[str, Any], whole: bool = False) -> dict[str, str | None]:
+    """Validate API fields into hash fields; None deletes a field (an API ``null``).
+
+    Only what the body names: inside ``rateLimit``, ``retry`` and ``alerts`` too, so that a
+    PATCH of ``{"retry": {"maxAttempts": 3}}`` keeps the schedule and the dead-letter topic (a
+    JSON merge patch, RFC 7396). ``whole`` (PUT, which replaces the hash anyway) also requires
+    ``rateLimit.messagesPerSecond``."""
     extra = set(body) - set(_FIELDS)
     if extra:
         raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
@@ -93,29 +98,38 @@ def consumer_fields(body: dict[str, Any]) -> dict[str, str | None]:
             v = _object(value, "rate_limit")
             if set(v) - {"messagesPerSecond", "burst"}:
                 raise bad_request("unknown_field", "rateLimit takes messagesPerSecond and burst")
-            rate = _number(v.get("messagesPerSecond"), "invalid_rate_limit",
-                           "rateLimit.messagesPerSecond", 0.001, 1e9, integer=False)
-            out["rate"] = repr(float(rate))
-            out["burst"] = (str(_number(v["burst"], "invalid_rate_limit", "rateLimit.burst", 1, 10**9))
-                            if v.get("burst") is not None else None)
+            if whole and v.get("messagesPerSecond") is None:
+                raise bad_request("invalid_rate_limit", "rateLimit needs messagesPerSecond")
+            if "messagesPerSecond" in v:
+                rate = v["messagesPerSecond"]
+                out["rate"] = None if rate is None else repr(float(_number(
+                    rate, "invalid_rate_limit", "rateLimit.messagesPerSecond", 0.001, 1e9,
+                    integer=False)))
+            if "burst" in v:
+                out["burst"] = None if v["burst"] is None else str(_number(
+                    v["burst"], "invalid_rate_limit", "rateLimit.burst", 1, 10**9))
         elif name == "retry":
             v = _object(value, "retry")
             if set(v) - set(_RETRY) - {"delaysMs", "deadLetterTopic"}:
                 raise bad_request("unknown_field", "retry takes "
                                   f"{', '.join([*_RETRY, 'delaysMs', 'deadLetterTopic'])}")
             for k, (f, lo, hi) in _RETRY.items():
-                out[f] = str(_number(v[k], "invalid_retry", f"retry.{k}", lo, hi,
-                                     integer=k != "multiplier")) if v.get(k) is not None else None
-            out["retry_delays_ms"] = _delays(v.get("delaysMs"))
-            dlq = v.get("deadLetterTopic")
-            out["retry_dead_letter_topic"] = check_topic(dlq) if dlq is not None else None
+                if k in v:
+                    out[f] = str(_number(v[k], "invalid_retry", f"retry.{k}", lo, hi,
+                                         integer=k != "multiplier")) if v[k] is not None else None
+            if "delaysMs" in v:
+                out["retry_delays_ms"] = _delays(v["delaysMs"])
+            if "deadLetterTopic" in v:
+                dlq = v["deadLetterTopic"]
+                out["retry_dead_letter_topic"] = check_topic(dlq) if dlq is not None else None
         elif name == "alerts":
             v = _object(value, "alerts")
             if set(v) - set(_ALERTS):
                 raise bad_request("unknown_field", f"alerts takes {', '.join(_ALERTS)}")
             for k, (f, lo, hi) in _ALERTS.items():
-                out[f] = str(_number(v[k], "invalid_alerts", f"alerts.{k}", lo, hi)) \
-                    if v.get(k) is not None else None
+                if k in v:
+                    out[f] = str(_number(v[k], "invalid_alerts", f"alerts.{k}", lo, hi)) \
+                        if v[k] is not None else None
     return out
 
 
@@ -153,7 +167,11 @@ def consumer_view(group: str, cfg: dict[str, str], settings: Settings) -> dict[s
 
 
 def consumer_body(rec: ConsumerRecord, settings: Settings) -> dict[str, Any]:
-    return consumer_view(rec.name, rec.fields, settings)
+    """A consumer as the API shows it; ``created: true`` only when this write made it."""
+    body = consumer_view(rec.name, rec.fields, settings)
+    if rec.created:
+        body["created"] = True
+    return body
 
 
 def registration_fields(body: dict[str, Any]) -> dict[str, str | None]:
@@ -161,7 +179,7 @@ def registration_fields(body: dict[str, Any]) -> dict[str, str | None]:
     if body.get("topics") is None:
         raise bad_request("missing_topics" if "topics" not in body else "invalid_topics",
                           "topics is required to register a consumer")
-    return consumer_fields(body)
+    return consumer_fields(body, whole=True)
 
 
 def delete_body(r: DeleteResult) -> dict[str, Any]:

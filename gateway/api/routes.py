@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,10 +13,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..broker import UnknownTopic
 from ..core.auth import credential_of
 from ..core.consume import FetchParams, FetchStatus
-from ..core.errors import bad_request, unauthorized
-from ..core.names import check_name, check_topic
+from ..core.errors import Busy, DomainError, Unauthenticated, bad_request, unauthorized
+from ..core.names import check_name, check_public_topic, internal_topic_prefixes
 from ..core.produce import produce
 from ..core.views import queue_rows
 from ..ops import metrics
@@ -129,14 +131,19 @@ class Params:
         return n
 
 
-async def _params(request: Request, known: frozenset[str]) -> Params:
-    """Query parameters and, for POST, a JSON object body; names outside ``known`` are refused."""
+async def _params(request: Request, known: frozenset[str],
+                  query_known: frozenset[str] | None = None) -> Params:
+    """Query parameters and, for POST, a JSON object body; names outside ``known`` are refused,
+    and in the query string those outside ``query_known`` too (fields read from the body only:
+    ``?delayMs=`` must not be ignored)."""
     body: Any = {}
     if request.method == "POST":
         body = await read_json(request, _state(request).settings.max_body_bytes)
         if not isinstance(body, dict):
             raise bad_request("invalid_body", "request body must be a JSON object")
     check_query(request, known, body=body)
+    if query_known is not None:
+        check_query(request, query_known)
     return Params(request.query_params, body)
 
 
@@ -156,6 +163,31 @@ def api_credential(request: Request) -> Credential | None:
     return credential_of(raw)
 
 
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def key_first(handler: Handler) -> Handler:
+    """Authenticate first, on every route that takes a key: a caller with a missing, malformed,
+    unknown or revoked key gets its ``401``, whatever else is wrong with the request.
+
+    The hot paths verify a well-formed key inside the script that serves the request (no round
+    trip of its own), after the input was read; a refusal before that (bad input, an unknown
+    topic or consumer, a body too large) would answer a ``400`` or ``404`` to a caller that
+    never had a valid key. So every refusal is given only once the key was verified (one Redis
+    read, on refusals only): the answer is the one checking the key first would have given, and
+    requests that succeed pay nothing."""
+    @functools.wraps(handler)
+    async def keyed(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except (DomainError, ApiError, UnknownTopic) as e:
+            if isinstance(e, (Unauthenticated, Busy)) or (isinstance(e, ApiError) and e.status >= 500):
+                raise
+            await _state(request).auth.caller(api_credential(request))  # 401 wins
+            raise
+    return keyed
+
+
 def client_address(request: Request) -> str:
     fwd = request.headers.get("x-forwarded-for")
     if fwd:
@@ -165,9 +197,9 @@ def client_address(request: Request) -> str:
 
 
 async def produce_route(request: Request) -> Response:
-    check_query(request, NO_PARAMS)
     gw = _state(request)
     credential = api_credential(request)
+    check_query(request, NO_PARAMS)
     body = await read_json(request, gw.settings.max_body_bytes, required=True)
     topic, producer, messages, dues = parse_produce(body, gw.settings.max_produce_batch, now_ms())
     await gw.produce_gate.check(credential, producer, topic)
@@ -221,7 +253,7 @@ async def message_route(request: Request) -> Response:
     params = FetchParams(
         group=check_name(p.get("consumer"), "consumer"),
         client_id=check_name(p.get("clientId"), "clientId", required=False),
-        topic=check_topic(p.get("topic")),
+        topic=check_public_topic(p.get("topic"), internal_topic_prefixes(s)),
         max_messages=p.integer("max", s.default_max_messages, 1, s.max_messages),
         wait_ms=p.integer("wait_ms", 0, 0, s.max_wait_ms),
         address=client_address(request),
@@ -262,7 +294,7 @@ async def ack_route(request: Request) -> Response:
     """POST /ack; with ``failed`` (offsets of the batch that failed) it is a partial nack."""
     gw = _state(request)
     credential = api_credential(request)
-    p = await _params(request, ACK_PARAMS)
+    p = await _params(request, ACK_PARAMS, BATCH_PARAMS)
     failed = parse_failed(p.body.get("failed"))
     if failed:
         f = await gw.nack.fail(_rid(p), failed, credential)  # the commit is counted by on_ack
@@ -277,7 +309,7 @@ async def nack_route(request: Request) -> Response:
     the consumer's retry policy, then dead-lettered; the batch is committed."""
     gw = _state(request)
     credential = api_credential(request)
-    p = await _params(request, NACK_PARAMS)
+    p = await _params(request, NACK_PARAMS, BATCH_PARAMS)
     failed = parse_failed(p.body.get("failed"))
     delay = parse_delay_ms(p.body.get("delayMs"))
     f = await gw.nack.fail(_rid(p), failed, credential, delay)
@@ -300,12 +332,13 @@ async def unlock_route(request: Request) -> Response:
 
 
 async def queues_route(request: Request) -> Response:
-    check_query(request, NO_PARAMS)
     gw = _state(request)
+    credential = api_credential(request)
+    check_query(request, NO_PARAMS)
     group = check_name(request.path_params["group"], "consumer", internal_ok=True)
     client_id = check_name(request.path_params.get("client_id"), "clientId", required=False)
-    await gw.auth.require_consumer(api_credential(request), group)
-    cfg = await gw.store.get_config(group)
+    await gw.auth.require_consumer(credential, group)
+    cfg = await gw.registry.require_seen(group, client_id)  # a typo is a 404, not an empty list
     timeout = int(cfg.get("consume_timeout_ms") or gw.settings.consume_timeout_ms)
     out = [{
         "topic": r.topic, "queue": r.queue,
@@ -319,10 +352,12 @@ async def queues_route(request: Request) -> Response:
 
 
 async def clients_route(request: Request) -> Response:
-    check_query(request, NO_PARAMS)
     gw = _state(request)
+    credential = api_credential(request)
+    check_query(request, NO_PARAMS)
     group = check_name(request.path_params["group"], "consumer", internal_ok=True)
-    await gw.auth.require_consumer(api_credential(request), group)
+    await gw.auth.require_consumer(credential, group)
+    await gw.registry.require_seen(group)
     now = now_ms()
     clients = [{"clientId": c, "lastSeenMs": ts, "idleMs": now - ts}
                for c, ts in await gw.store.clients(group)]
@@ -360,17 +395,17 @@ async def openapi_route(request: Request) -> Response:
 
 data_routes = [
     route("/metrics", metrics_route, methods=["GET"]),
-    route("/produce", produce_route, methods=["POST"]),
-    route("/delayed/{delay_id}", cancel_delayed_route, methods=["DELETE"]),
-    route("/message", message_route, methods=["GET", "POST"]),
-    route("/ack", ack_route, methods=["POST"]),
-    route("/nack", nack_route, methods=["POST"]),
-    route("/unlock", unlock_route, methods=["POST"]),
+    route("/produce", key_first(produce_route), methods=["POST"]),
+    route("/delayed/{delay_id}", key_first(cancel_delayed_route), methods=["DELETE"]),
+    route("/message", key_first(message_route), methods=["GET", "POST"]),
+    route("/ack", key_first(ack_route), methods=["POST"]),
+    route("/nack", key_first(nack_route), methods=["POST"]),
+    route("/unlock", key_first(unlock_route), methods=["POST"]),
     # Matched in order, one regex each: the hot paths first, then the probes.
     route("/healthz", healthz, methods=["GET"]),
     route("/readyz", readyz, methods=["GET"]),
-    route("/consumers/{group}/queues", queues_route, methods=["GET"]),
-    route("/consumers/{group}/clients", clients_route, methods=["GET"]),
-    route("/consumers/{group}/clients/{client_id}/queues", queues_route, methods=["GET"]),
+    route("/consumers/{group}/queues", key_first(queues_route), methods=["GET"]),
+    route("/consumers/{group}/clients", key_first(clients_route), methods=["GET"]),
+    route("/consumers/{group}/clients/{client_id}/queues", key_first(queues_route), methods=["GET"]),
     route("/openapi.yaml", openapi_route, methods=["GET"]),
 ]

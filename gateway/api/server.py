@@ -18,6 +18,22 @@ workers' file limits and took a node offline for about 65 s. Its ``limit_concurr
 - **early answers close**: a response sent before its request's body was read whole (an early
   ``413``) says ``Connection: close`` and closes, since the unread rest of the body would
   otherwise be parsed as the next request (a pipelined request after it got no answer);
+- **head size**: a request head larger than ``max_head_bytes`` (32 KiB), or with more than
+  ``max_headers`` fields (100), is answered ``431`` and the connection closed; an unfinished head
+  as soon as a read takes it past the limit. Nothing bounded heads before: httptools joins the
+  pieces of a header by copying (quadratic in its length) and uvicorn the URL's, so 10
+  connections streaming an endless header took a node from 478 to 999 MB and stalled it for
+  seconds. The bytes are counted per read (two integers per read; see ``data_received``), the
+  fields once per head; a head is measured exactly only when its reads could hold too much;
+- **writes**: a connection whose client does not read its answers is aborted once unsent data
+  has waited ``write_timeout_ms``: more than the transport's high-water mark (64 KiB) not
+  drained below its low-water mark, or a close that cannot send its last bytes (such a close
+  otherwise waits forever, and with it the descriptor and the buffer). Before, 500 clients that
+  never read held 77 MB and their connections for as long as they liked;
+- **pipelining**: at most ``MAX_PIPELINED`` requests wait behind the one being answered.
+  uvicorn parses every request of a read ahead, each a request object in memory, and a 256 KiB
+  read holds thousands of small ones; past the limit the connection ends after the answers to
+  the requests already queued (a pipelining client retries the rest, RFC 9112 §9.3.2);
 - **upgrade offers declined**: a request offering a protocol upgrade uvicorn does not perform
   (``Upgrade: h2c``, as Java's default ``HttpClient`` and ``curl --http2`` send on ``http://``)
   is served whole as HTTP/1.1. httptools tells llhttp that an upgrade request has no body, so
@@ -26,8 +42,10 @@ workers' file limits and took a node offline for about 65 s. Its ``limit_concurr
   its upgrade offer, body included.
 
 A timed-out head gets ``408`` and a close; a timed-out body only a close (the application may be
-answering it). Long polls are not affected: once a request has arrived whole, it may take as long
-as the application takes.
+answering it). A refused head behind a request still being answered (pipelined) gets no ``431``
+in the middle of that answer: the connection ends after it. Long polls are not affected: once a
+request has arrived whole, it may take as long as the application takes (the write timeout only
+counts while unsent data waits on the client).
 """
 
 from __future__ import annotations
@@ -38,7 +56,7 @@ import logging
 import resource
 import time
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -59,9 +77,13 @@ LINGER_S = 1.0
 #: no-op request's worker samples, bench/run.py --profile, 2026-11-24). Timeouts fire up to this
 #: much late.
 SWEEP_S = 0.1
+#: Requests a connection may have waiting behind the one being answered (see the module docstring).
+MAX_PIPELINED = 32
 
 #: Connections with a head or body deadline, per process (one event loop per worker).
 _armed: set[GatewayHttpProtocol] = set()
+#: Connections with unsent response data past the high-water mark, or closing with some unsent.
+_stalled: set[GatewayHttpProtocol] = set()
 _sweeper: asyncio.Task[None] | None = None
 
 
@@ -75,7 +97,10 @@ async def _sweep() -> None:
             p._disarm()
             if on_due is not None:
                 on_due()
-
+        if _stalled:
+            for p in [p for p in _stalled if p._write_due <= now]:
+                _stalled.discard(p)
+                p._write_timed_out()
 
 
 def _answer(status: bytes, code: str, message: str, extra: bytes = b"") -> bytes:
@@ -92,29 +117,51 @@ _REFUSED = _answer(b"503 Service Unavailable", "too_many_connections",
 _TIMED_OUT = _answer(b"408 Request Timeout", "request_timeout",
                      "the request head did not arrive in time")
 
+#: Reasons of mqgw_connections_dropped_total counted here, beyond metrics.DROP_REASONS: bound
+#: now, so that the series exist (at 0) from the start.
+_DROPS = {r: metrics.CONNECTIONS_DROPPED.labels(r)
+          for r in ("head_too_large", "write_timeout", "pipeline_full")}
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop the parse: the connection was answered and ends.
+    httptools re-raises it as the ``__context__`` of an ``HttpParserCallbackError``."""
+
+
+class Limits(NamedTuple):
+    header_s: float
+    body_s: float
+    cap: int  # open connections per process
+    head_bytes: int
+    headers: int
+    write_s: float
+
 
 @cache
-def limits() -> tuple[float, float, int]:
-    """(header timeout s, body timeout s, connection cap) for this process, from the settings."""
+def limits() -> Limits:
+    """This process's connection limits, from the settings."""
     s = Settings.load()
     cap = s.max_connections_per_worker
     if cap <= 0:
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         cap = max(64, soft - FD_RESERVE) if soft != resource.RLIM_INFINITY else 100_000
-    return s.header_timeout_ms / 1000, s.body_timeout_ms / 1000, cap
+    return Limits(s.header_timeout_ms / 1000, s.body_timeout_ms / 1000, cap, s.max_head_bytes,
+                  s.max_headers, s.write_timeout_ms / 1000)
 
 
 class _Corked:
     """The connection's transport as a response sees it: what it writes in one turn of the event
     loop goes out in one system call. uvicorn writes a response's head and its body with a call
     each; on a no-op request the two ``send`` calls were a third of the worker's CPU (py-spy,
-    2026-11-25). Closing writes what is pending first."""
+    2026-11-25). Closing writes what is pending first, then calls ``on_close``."""
 
-    __slots__ = ("_loop", "_pending", "_transport")
+    __slots__ = ("_loop", "_on_close", "_pending", "_transport")
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop,
+                 on_close: Any = None) -> None:
         self._transport = transport
         self._loop = loop
+        self._on_close = on_close
         self._pending: list[bytes] = []
 
     def write(self, data: bytes) -> None:
@@ -132,6 +179,8 @@ class _Corked:
     def close(self) -> None:
         self.flush()
         self._transport.close()
+        if self._on_close is not None:
+            self._on_close()
 
     def is_closing(self) -> bool:
         return self._transport.is_closing()
@@ -142,11 +191,22 @@ class _Corked:
 
 class GatewayHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with head/body timeouts, an idle timeout from the first
-    moment and a per-process connection cap (see the module docstring)."""
+    moment, bounded heads, a write timeout, bounded pipelining and a per-process connection cap
+    (see the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._header_s, self._body_s, self._cap = limits()
+        lim = limits()
+        self._header_s, self._body_s, self._cap = lim.header_s, lim.body_s, lim.cap
+        self._max_head, self._max_headers, self._write_s = lim.head_bytes, lim.headers, lim.write_s
+        # Head accounting, in positions of the bytes received on this connection (see
+        # data_received): the current read's first and past-the-last byte, where counting the
+        # head being received started (-1: no head in progress), and the read (its _start) in
+        # which the last request ended.
+        self._start = self._end = 0
+        self._head_from = -1
+        self._done_at = -1
+        self._write_due = 0.0  # loop time unsent data must be gone by (while in _stalled)
         self._due = 0.0  # loop time the current head or body must have arrived by (if armed)
         self._on_due: Any = None
         self._lingering = False
@@ -171,7 +231,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self.loop.call_later(LINGER_S, transport.close)
             return
         super().connection_made(transport)
-        self._corked = _Corked(transport, self.loop)
+        self._corked = _Corked(transport, self.loop, self._closing)
         # uvicorn arms the idle timer only after a response: a silent new connection stays open
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler)
@@ -185,6 +245,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        _stalled.discard(self)
         if self.parser is None and self not in self.connections:
             return  # refused at connection_made: uvicorn never saw it
         super().connection_lost(exc)
@@ -193,13 +254,24 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         """uvicorn's, but a declined upgrade offer is parsed again without the offer, followed by
         the bytes after the head (its body and any pipelined requests). A copy rather than a
         wrapper: uvicorn catches the parser's upgrade signal inside its own, and a wrapper would
-        cost every read a Python call."""
+        cost every read a Python call.
+
+        Heads are measured by position, not per header: ``_start``/``_end`` place this read
+        among the connection's bytes, a head records where it began (``on_message_begin``), and
+        a head still unfinished after a read holds every byte since then. The one place not
+        known is where a head begins behind another request ended in the same read: its
+        counting starts with the next read (at most one read uncounted, never a byte too many).
+        """
         self._unset_keepalive_if_required()
+        start = self._start = self._end
+        self._end = start + len(data)
         while True:
             try:
                 self.parser.feed_data(data)
-                return
-            except httptools.HttpParserError:
+                break
+            except httptools.HttpParserError as exc:
+                if isinstance(exc.__context__, _Refused):
+                    return  # a limit stopped the parse; the connection is answered and ends
                 msg = "Invalid HTTP request received."
                 self.logger.warning(msg)
                 self.send_400_response(msg)
@@ -214,13 +286,29 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                     return
                 # Ends: the head parsed again has no Upgrade header, so it is no upgrade.
                 data = head + data[exc.args[0]:]
+        if self._head_from >= 0:  # a head unfinished at the end of this read (rare)
+            problem = self._head_problem(self._end - self._head_from)
+            if problem is not None:
+                self._refuse_head(problem)
 
     # -- request phases -----------------------------------------------------------------------
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._arm(self._header_s, self._head_timed_out)
+        start = self._start
+        # From this read's first byte; but behind a request that ended in this read the head's
+        # place in it is unknown, and counting starts with the next read.
+        self._head_from = start if self._done_at != start else self._end
 
     def on_headers_complete(self) -> None:
+        # The head lies within [_head_from, _end): only when that could hold too much (or too many
+        # fields arrived) is it measured exactly.
+        if self._end - self._head_from > self._max_head or len(self.headers) > self._max_headers:
+            problem = self._head_problem(_head_size(self.parser.get_method(), self.url, self.headers))
+            if problem is not None:
+                self._refuse_head(problem)
+                raise _Refused
+        self._head_from = -1
         parser = self.parser
         if parser.should_upgrade() and parser.get_method() != b"CONNECT" \
                 and not self._should_upgrade():
@@ -230,6 +318,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                                          self.headers)
             return
         super().on_headers_complete()
+        if len(self.pipeline) > MAX_PIPELINED:
+            self._pipeline_full()
         cycle = self.cycle
         if cycle is not None:
             cycle.transport = self._corked  # type: ignore[assignment]
@@ -264,7 +354,48 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._disarm()
         if self._declined is None:  # else: the declined parse's end; no request was started
+            self._done_at = self._start
             super().on_message_complete()
+
+    # -- limits ---------------------------------------------------------------------------------
+    def _head_problem(self, size: int) -> str | None:
+        """Why a head of ``size`` bytes (so far) with the fields parsed so far is refused."""
+        if size > self._max_head:
+            return f"the request head is larger than {self._max_head} bytes"
+        if len(self.headers) > self._max_headers:
+            return f"the request has more than {self._max_headers} header fields"
+        return None
+
+    def _refuse_head(self, problem: str) -> None:
+        """``431`` and a close; behind a request still being answered, a close after its answer."""
+        _DROPS["head_too_large"].inc()
+        log.debug("%s: 431 and connection closed", problem)
+        self.headers.clear()  # what was parsed of it; nothing else refers to this head's fields
+        self.url = b""
+        self._head_from = -1
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            self._end_after(cycle)
+            return
+        self._corked.write(_answer(b"431 Request Header Fields Too Large", "headers_too_large",
+                                   problem))
+        self._close_lingering()
+
+    def _pipeline_full(self) -> None:
+        """More than MAX_PIPELINED requests wait: this one is dropped unanswered, and the
+        connection ends after the answer to the last one queued."""
+        _DROPS["pipeline_full"].inc()
+        log.debug("more than %d pipelined requests: connection closed after those", MAX_PIPELINED)
+        self.pipeline.popleft()  # this request's, never started
+        self.cycle = last = self.pipeline[0][0]
+        self._end_after(last)
+        raise _Refused
+
+    def _end_after(self, cycle: Any) -> None:
+        """Read no more: the connection ends (lingering) once ``cycle`` is answered."""
+        self.data_received = _discard  # type: ignore[method-assign]
+        self._disarm()
+        cycle.on_response = self._close_lingering
 
     def _close_lingering(self) -> None:
         """End the connection after LINGER_S, discarding what still arrives meanwhile."""
@@ -277,7 +408,45 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self.transport.resume_reading()  # flow control may have paused it: drain, do not reset
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        self.loop.call_later(LINGER_S, self.transport.close)
+        self.loop.call_later(LINGER_S, self._close)
+
+    def _close(self) -> None:
+        self.transport.close()
+        self._closing()
+
+    def _closing(self) -> None:
+        """After a close: a transport that still holds unsent data stays open until it is sent,
+        which a client that does not read never lets happen; it gets ``write_timeout_ms``."""
+        if self.transport.get_write_buffer_size():
+            self._stall()
+
+    def timeout_keep_alive_handler(self) -> None:
+        super().timeout_keep_alive_handler()
+        self._closing()
+
+    def send_400_response(self, msg: str) -> None:
+        super().send_400_response(msg)
+        self._closing()
+
+    def pause_writing(self) -> None:
+        """The transport holds more unsent data than its high-water mark: the client is not
+        reading fast enough. It must drain it within ``write_timeout_ms``."""
+        super().pause_writing()
+        self._stall()
+
+    def resume_writing(self) -> None:
+        _stalled.discard(self)
+        super().resume_writing()
+
+    def _stall(self) -> None:
+        if self not in _stalled:
+            self._write_due = self.loop.time() + self._write_s
+            _stalled.add(self)
+
+    def _write_timed_out(self) -> None:
+        _DROPS["write_timeout"].inc()
+        log.debug("unsent response data not taken within %.1f s: connection aborted", self._write_s)
+        self.transport.abort()  # a close would wait for the data to be sent
 
     # -- timers ---------------------------------------------------------------------------------
     def _arm(self, seconds: float, fn: Any) -> None:
@@ -295,7 +464,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             metrics.connection_dropped("head_timeout")
             log.debug("request head not received within %.1f s: connection closed", self._header_s)
             self.transport.write(_TIMED_OUT)
-            self.transport.close()
+            self._close()
 
     def _body_timed_out(self) -> None:
         if not self.transport.is_closing():
@@ -304,7 +473,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             if self.cycle is not None and not self.cycle.response_complete:
                 self.cycle.disconnected = True
                 self.cycle.message_event.set()
-            self.transport.close()
+            self._close()
 
 
 def _discard(data: bytes) -> None:
@@ -321,6 +490,12 @@ def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
 
 
 _BODY_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
+
+
+def _head_size(method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+    """A head's size as parsed: request line and ``name: value`` lines (whitespace around values,
+    which the parser drops, is not counted)."""
+    return len(method) + len(url) + 14 + sum(len(n) + len(v) + 4 for n, v in headers)
 
 
 def _plain_head(method: bytes, url: bytes, version: str, headers: list[tuple[bytes, bytes]]) -> bytes:

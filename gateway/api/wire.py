@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from datetime import datetime
 from typing import Any
 
 from ..broker import OutgoingMessage, Record
@@ -23,6 +22,7 @@ from ..core.names import check_name, check_topic
 from ..core.produce import Produced
 from ..core.reset import ResetRequest, ResetResult
 from ..core.retry import attempt_of
+from ..core.timeparse import MIN_EPOCH_MS, parse_rfc3339
 from ..store import AckOutcome, AckResult, now_ms
 from .numbers import json_int
 
@@ -92,27 +92,30 @@ def _due(m: dict[str, Any], now: int, where: str, default: int | None = None) ->
 
 
 def _instant(v: Any, where: str) -> int:
-    """``deliverAt`` as unix ms: an integer (ms since the epoch) or an RFC 3339 date-time with
-    an offset (``2026-11-25T20:00:00Z``)."""
+    """``deliverAt`` as unix ms: an integer (ms since the epoch, not seconds) or an RFC 3339
+    date-time (``2026-11-25T20:00:00Z``; the grammar and leap seconds: core/timeparse.py)."""
     if isinstance(v, str):
         try:
-            dt = datetime.fromisoformat(v)
-        except ValueError:
-            dt = None
-        if dt is None or dt.tzinfo is None or "T" not in v.upper():
-            raise bad_request("invalid_deliver_at", f"{where}deliverAt must be ms since the epoch or "
-                              "an RFC 3339 date-time with an offset, e.g. 2026-11-25T20:00:00Z, "
-                              "from 1970 to the end of year 9999")
-        ms = round(dt.timestamp() * 1000)
+            ms = parse_rfc3339(v)
+        except ValueError as e:
+            raise bad_request("invalid_deliver_at", f"{where}deliverAt must be ms since the epoch "
+                              f"or an RFC 3339 date-time, e.g. 2026-11-25T20:00:00Z: {e}") from None
     else:
         n = json_int(v)
         if n is None:
             raise bad_request("invalid_deliver_at", f"{where}deliverAt must be ms since the epoch "
                               "or an RFC 3339 date-time")
+        if 0 <= n < MIN_EPOCH_MS:  # the threshold's reasoning: core/timeparse.py
+            in_ms = f" (that time in milliseconds is {n * 1000})" if n * 1000 >= MIN_EPOCH_MS else ""
+            raise bad_request("deliver_at_in_seconds", f"{where}deliverAt takes milliseconds since "
+                              f"the epoch: {n} is below {MIN_EPOCH_MS} (1973-03-03 in ms), so it "
+                              f"looks like seconds{in_ms}. To produce at once, leave deliverAt out.",
+                              minimum=MIN_EPOCH_MS)
         ms = n
     if not 0 <= ms <= MAX_DUE:
+        hint = " (a number this large looks like micro- or nanoseconds)" if ms > MAX_DUE else ""
         raise bad_request("invalid_deliver_at", f"{where}deliverAt must be between 1970 and the "
-                          "end of year 9999")
+                          f"end of year 9999, in milliseconds{hint}")
     return ms
 
 
@@ -339,6 +342,10 @@ def reset_request(body: dict[str, Any]) -> ResetRequest:
     extra = set(body) - set(_RESET_FIELDS)
     if extra:
         raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
+    for k in ("queue", "timestamp", "offset"):  # a null queue would widen the reset to all
+        if k in body and body[k] is None:  # queues, which cannot be undone: say so instead
+            raise bad_request(f"invalid_{k}", f"{k} must not be null: leave it out"
+                              + (" to reset every queue of the topic" if k == "queue" else ""))
     values = {_RESET_FIELDS[k]: v for k, v in body.items()}
     # 100.0 is an integer to JSON Schema, so to this API (a queue may be given as its number)
     for k in ("timestamp", "offset", "queue"):
@@ -379,8 +386,9 @@ def redrive_request(body: dict[str, Any]) -> tuple[RedriveTarget, str | None, in
     partition: str | None = None
     if body.get("partition") is not None:
         n = json_int(body["partition"])
-        if n is None or n < 0:
-            raise bad_request("invalid_partition", "partition must be a non-negative integer")
+        if n is None or not 0 <= n <= MAX_PARTITION:  # Kafka's int32, as for /produce
+            raise bad_request("invalid_partition", f"partition must be an integer from 0 to "
+                              f"{MAX_PARTITION}", parameter="partition", min=0, max=MAX_PARTITION)
         partition = str(n)
     to_offset = _count(body, "toOffset", "invalid_to_offset", 0)
     limit = _count(body, "limit", "invalid_limit", 1)

@@ -28,6 +28,23 @@ class BrokerUnavailable(Exception):
     """The broker did not answer in time, or failed: the caller should retry."""
 
 
+class TopicExists(Exception):
+    """:meth:`Broker.create_topic`: a topic of that name exists already."""
+
+
+class TopicRefused(Exception):
+    """:meth:`Broker.create_topic`: the broker will not create the topic as asked; retrying the
+    same request cannot help. ``code`` says why: ``invalid_topic`` (a name the broker does not
+    take, e.g. one colliding with another), ``invalid_partitions``,
+    ``invalid_replication_factor`` (more replicas than brokers), ``policy_violation`` (the
+    broker's create policy), ``not_authorized`` (the gateway's credentials may not create)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 class Capability(str, Enum):
     """What a broker can do natively; features ask before they build it themselves."""
 
@@ -110,6 +127,29 @@ class ProduceResult:
     error: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """One queue of a topic as :meth:`Broker.describe_topics` sees it."""
+
+    queue: str
+    #: Its watermarks, -1 when the broker could not tell (a leader moving right now).
+    low: int
+    high: int
+    #: The id of the broker node serving it, -1 if none does (or the broker has no such ids).
+    leader: int = -1
+    replicas: tuple[int, ...] = ()
+    in_sync: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    queues: tuple[QueueInfo, ...]
+    #: The broker's own topic (Kafka's ``__consumer_offsets``): only the adapter knows the
+    #: broker's conventions for them.
+    internal: bool = False
+
+
 class Broker(ABC):
     """One broker cluster. Implementations hold long-lived clients created in :meth:`start`."""
 
@@ -156,10 +196,29 @@ class Broker(ABC):
         :class:`BrokerUnavailable`."""
         raise NotImplementedError(f"{self.name} cannot list topics")
 
-    async def ensure_topics(self, topics: dict[str, int], timeout_s: float = 30.0) -> None:
+    async def ensure_topics(self, topics: dict[str, int], timeout_s: float = 30.0,
+                            compacted: bool = False) -> None:
         """Create the topics that do not exist (``{name: queues}``; existing ones are left as
         they are) and return once every queue of each serves reads. For the gateway's own
-        topics (the delay wheel's levels). Raises :class:`BrokerUnavailable`."""
+        topics (the delay wheel's levels; ``compacted``: the registry's copy, where the broker
+        keeps the last record of each key for ever). Raises :class:`BrokerUnavailable`."""
+        raise NotImplementedError(f"{self.name} cannot create topics")
+
+    # -- topic administration (the admin API's /admin/topics) ----------------------------------
+    async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
+        """Queues, replicas and watermarks of the topics ``names`` (None: every topic there is,
+        the broker's own included) in one round of metadata and offset requests; a named topic
+        that does not exist raises :class:`UnknownTopic`. A queue whose watermarks the broker
+        could not give is listed with -1 rather than failing the whole answer. Raises
+        :class:`BrokerUnavailable`."""
+        raise NotImplementedError(f"{self.name} cannot describe topics")
+
+    async def create_topic(self, name: str, queues: int, replication: int | None = None,
+                           timeout_s: float = 30.0) -> None:
+        """Create ``name`` with ``queues`` queues and ``replication`` copies of each (None: the
+        broker's default), and return once every queue serves reads, so that a produce right
+        after it finds them. Raises :class:`TopicExists`, :class:`TopicRefused` or
+        :class:`BrokerUnavailable`."""
         raise NotImplementedError(f"{self.name} cannot create topics")
 
     # -- offset checkpoints (Capability.OFFSET_CHECKPOINT) ------------------------------------
@@ -168,8 +227,10 @@ class Broker(ABC):
         group ``group``, without joining it. Raises :class:`BrokerUnavailable`."""
         raise NotImplementedError(f"{self.name} keeps no consumer offsets")
 
-    async def load_offsets(self, group: str, topic: str) -> dict[str, int]:
-        """The offsets :meth:`save_offsets` stored for ``topic`` (queues with none left out)."""
+    async def load_offsets(self, group: str, topic: str,
+                           queues: list[str] | None = None) -> dict[str, int]:
+        """The offsets :meth:`save_offsets` stored for ``topic`` (queues with none left out);
+        ``queues``: the topic's queues as the caller knows them (None: ask the broker)."""
         raise NotImplementedError(f"{self.name} keeps no consumer offsets")
 
     async def forget_offsets(self, group: str) -> None:

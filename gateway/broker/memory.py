@@ -9,7 +9,6 @@ process only (``MQGW_BROKER=memory`` with one worker).
 from __future__ import annotations
 
 import time
-import zlib
 
 from .base import (
     Broker,
@@ -17,12 +16,17 @@ from .base import (
     FetchResult,
     OutgoingMessage,
     ProduceResult,
+    QueueInfo,
     Record,
     Skipped,
     SkipReason,
+    TopicExists,
+    TopicInfo,
+    TopicRefused,
     UnknownTopic,
     check_queue_id,
 )
+from .partitioner import partition_for_key
 
 
 class MemoryBroker(Broker):
@@ -78,10 +82,29 @@ class MemoryBroker(Broker):
         self._log(topic, queue)
         return max(self.end.get((topic, queue), 0), self.low.get((topic, queue), 0))
 
-    async def ensure_topics(self, topics: dict[str, int], timeout_s: float = 30.0) -> None:
+    async def ensure_topics(self, topics: dict[str, int], timeout_s: float = 30.0,
+                            compacted: bool = False) -> None:  # kept whole: nothing is deleted
         for topic, queues in topics.items():
             if topic not in self.logs:
                 self.create(topic, queues)
+
+    async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
+        for t in names or ():
+            if t not in self.logs:
+                raise UnknownTopic(t)
+        return [TopicInfo(t, tuple(QueueInfo(q, self.low.get((t, q), 0), self._hi(t, q))
+                                   for q in self.logs[t]))
+                for t in (self.logs if names is None else names)]
+
+    async def create_topic(self, name: str, queues: int, replication: int | None = None,
+                           timeout_s: float = 30.0) -> None:
+        if name in self.logs:
+            raise TopicExists(name)
+        if replication not in (None, 1):
+            raise TopicRefused("invalid_replication_factor",
+                               f"replication factor {replication} is more than the in-memory "
+                               "broker's one copy")
+        self.create(name, queues)
 
     async def topics(self, prefix: str) -> set[str]:
         return {t for t in self.logs if t.startswith(prefix)}
@@ -123,7 +146,8 @@ class MemoryBroker(Broker):
             self._log(topic, q)
             self.groups.setdefault(group, {})[(topic, q)] = off
 
-    async def load_offsets(self, group: str, topic: str) -> dict[str, int]:
+    async def load_offsets(self, group: str, topic: str,
+                           queues: list[str] | None = None) -> dict[str, int]:
         return {q: off for (t, q), off in self.groups.get(group, {}).items() if t == topic}
 
     async def forget_offsets(self, group: str) -> None:
@@ -135,7 +159,7 @@ class MemoryBroker(Broker):
         for m in messages:
             q = m.queue or "0"
             if m.queue is None and m.key is not None and topic in self.logs:
-                q = str(zlib.crc32(m.key) % len(self.logs[topic]))  # same key, same queue
+                q = str(partition_for_key(m.key, len(self.logs[topic])))  # where Java puts it
             if topic not in self.logs:
                 out.append(ProduceResult(error_code="unknown_topic", error=f"no topic {topic!r}"))
                 continue

@@ -22,6 +22,9 @@ Call = tuple[str, str, dict[str, Any] | None, dict[str, str] | None]  # method, 
 
 
 def _consumer_body(a: argparse.Namespace, partial: bool) -> dict[str, Any]:
+    """The API body of ``consumers register`` (PUT) or ``set`` (PATCH): only the options given.
+    The API merges a PATCH into what is set, inside ``rateLimit``, ``retry`` and ``alerts`` too,
+    so ``set --burst 5`` keeps the rate and ``set --retry-max-attempts 3`` the schedule."""
     body: dict[str, Any] = {}
     if a.topic:
         body["topics"] = a.topic
@@ -29,10 +32,12 @@ def _consumer_body(a: argparse.Namespace, partial: bool) -> dict[str, Any]:
                        ("start", "start")):
         if getattr(a, opt) is not None:
             body[field] = getattr(a, opt)
-    if a.rate is not None:
-        body["rateLimit"] = {"messagesPerSecond": a.rate, **({"burst": a.burst} if a.burst else {})}
-    elif partial and a.no_rate_limit:
+    if partial and a.no_rate_limit:
         body["rateLimit"] = None
+    else:
+        rate = {k: v for k, v in (("messagesPerSecond", a.rate), ("burst", a.burst)) if v is not None}
+        if rate:  # a burst alone: the server says so if there is no rate to keep
+            body["rateLimit"] = rate
     alerts = {k: v for k, v in (("backlogMessages", a.alert_backlog), ("oldestAgeMs", a.alert_age_ms))
               if v is not None}
     if alerts:
@@ -73,6 +78,13 @@ def _call(a: argparse.Namespace) -> Call:
         "producers-get": lambda: ("GET", f"/admin/producers/{name}", None, None),
         "producers-register": lambda: ("PUT", f"/admin/producers/{name}", {"topics": a.topic}, None),
         "producers-unregister": lambda: ("DELETE", f"/admin/producers/{name}", None, None),
+        "topics-list": lambda: ("GET", "/admin/topics", None,
+                                {"internal": "true"} if a.internal else None),
+        "topics-describe": lambda: ("GET", f"/admin/topics/{name}", None, None),
+        "topics-create": lambda: ("POST", "/admin/topics", {
+            "name": a.name, "partitions": a.partitions,
+            **({"replicationFactor": a.replication_factor} if a.replication_factor is not None else {})},
+            None),
         "keys-list": lambda: ("GET", "/admin/keys", None, None),
         "keys-create": lambda: ("POST", "/admin/keys", {
             "name": a.name, "admin": a.admin, "producers": a.producer, "consumers": a.consumer}, None),
@@ -93,13 +105,11 @@ def run_admin(a: argparse.Namespace) -> int:
     method, path, body, query = _call(a)
     headers = {"authorization": f"Bearer {a.key}"} if a.key else {}
     params = {k: v for k, v in (query or {}).items() if v is not None}
+    if a.command == "consumers-set" and not body:
+        print("mqgw admin consumers set: nothing to change (give at least one option; see --help)",
+              file=sys.stderr)
+        return 2
     try:
-        if a.command == "consumers-set" and body and "burst" not in (body.get("rateLimit") or {"burst": 0}):
-            # PATCH replaces rateLimit whole: keep the burst set before unless --burst is given
-            cur = httpx.get(a.url.rstrip("/") + path, headers=headers, timeout=a.timeout)
-            burst = ((cur.json() or {}).get("rateLimit") or {}).get("burst") if cur.is_success else None
-            if burst is not None:
-                body["rateLimit"]["burst"] = burst
         r = httpx.request(method, a.url.rstrip("/") + path, json=body, params=params,
                           headers=headers, timeout=a.timeout)
     except httpx.HTTPError as e:
@@ -111,9 +121,19 @@ def run_admin(a: argparse.Namespace) -> int:
         out = r.text
     if r.is_success:
         print(out)
+        if isinstance(data := _json(r), dict) and data.get("created") is True:
+            print(f"mqgw admin: consumer {data.get('consumer')!r} was unknown (never registered, "
+                  "seen or given settings): this call created it. Check the name.", file=sys.stderr)
         return 0
     print(f"HTTP {r.status_code}\n{out}", file=sys.stderr)
     return 1
+
+
+def _json(r: httpx.Response) -> Any:
+    try:
+        return r.json()
+    except ValueError:
+        return None
 
 
 def bootstrap_key(a: argparse.Namespace) -> int:
@@ -128,7 +148,11 @@ def bootstrap_key(a: argparse.Namespace) -> int:
     async def create() -> tuple[str, Any]:
         store = OffsetStore.connect(settings.redis_url, settings.key_prefix)
         try:
-            return await KeyStore(store).create(a.name, admin=True)
+            created = await KeyStore(store).create(a.name, admin=True)
+            # Written to Redis only: the gateway's processes copy it to the registry's durable
+            # copy in the broker within a second (core/registry_copy.py).
+            await store.registry_copy.drop_copy_marker()
+            return created
         finally:
             await store.aclose()
 
@@ -214,6 +238,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     cmd(prod, "register", "producers-register", "register a producer").add_argument(
         "--topic", action="append", required=True)
     cmd(prod, "unregister", "producers-unregister", "unregister a producer")
+
+    tc = cmds.add_parser("topics", help="the broker's topics").add_subparsers(dest="c", required=True)
+    cmd(tc, "list", "topics-list", "topics with their partitions and offsets (not the gateway's "
+        "or the broker's own)", with_name=False).add_argument(
+        "--internal", action="store_true", help="also the gateway's (delay, retry) and the broker's topics")
+    cmd(tc, "describe", "topics-describe", "one topic: partitions, replicas and offsets")
+    tcr = cmd(tc, "create", "topics-create", "create a topic")
+    tcr.add_argument("--partitions", type=int, required=True)
+    tcr.add_argument("--replication-factor", type=int,
+                     help="copies of each partition (default: the broker's default.replication.factor)")
 
     kc = cmds.add_parser("keys", help="API keys").add_subparsers(dest="c", required=True)
     cmd(kc, "list", "keys-list", "all keys (never their secrets)", with_name=False)

@@ -205,6 +205,7 @@ def relay(args: argparse.Namespace) -> int:
 
     from .. import broker as brokers
     from ..config import Settings
+    from ..core.checkpoint import Checkpoints
     from ..core.delay import DelayService
     from ..core.relay import Relay
     from ..core.watermarks import Watermarks
@@ -227,7 +228,8 @@ def relay(args: argparse.Namespace) -> int:
             await b.close()
             await store.aclose()
             return
-        r = Relay(settings, store, b, Watermarks(store, b, settings.metadata_refresh_ms), delay)
+        r = Relay(settings, store, b, Watermarks(store, b, settings.metadata_refresh_ms), delay,
+                  checkpoints=Checkpoints(settings, store, b))  # restores; HTTP nodes save
         delay.poke = r.poke
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -254,8 +256,23 @@ def _snapshot(args: argparse.Namespace) -> int:
     return snapshot.run(args)
 
 
+def version() -> str:
+    """The installed distribution's version (what pip and bug reports name); the package's own
+    ``__version__`` when run from a checkout that is not installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("mq-gateway")
+    except PackageNotFoundError:
+        from .. import __version__
+
+        return __version__
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="mqgw", description=__doc__)
+    ap.add_argument("--version", action="version", version=f"mq-gateway {version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, fn, text in (
             ("serve", serve, "run the gateway (uvicorn workers; settings from MQGW_* and MQGW_CONFIG)"),

@@ -9,11 +9,20 @@ which by default (``latest``) skips everything unread. Kafka keeps consumer offs
   moved since it was last copied (``com`` != ``ckp`` in the queue hash) to the consumer group
   ``<checkpoint_group_prefix><consumer>``, one offset commit (OffsetCommit) per consumer and
   topic, without joining the group. Kafka's tools then show the consumer and its lag.
-- **Restore.** choose.lua answers "restore first" when a queue has no committed offset and the
-  topic's checkpoint was never consulted (the ``<topic>:ckpt`` marker); :meth:`restore` reads
-  the group's offsets and seeds the queues that still have none (restore.lua), then the fetch
-  chooses again. After a loss the consumer redelivers at most what was acknowledged within one
-  interval (plus a batch in flight); it never skips.
+- **Restore.** choose.lua never gives a cluster-mode queue its first committed offset: it
+  answers "restore first", and :meth:`restore` reads the group's offsets, writes the start
+  position of every queue the group lacks to the group *before* Redis gets it, and seeds the
+  queues that still have none (restore.lua); then the fetch chooses again. So every position a
+  consumer ever had in Redis is in the broker too, from a queue's first fetch on: a Redis lost
+  before the first checkpoint round (a new consumer, a new partition) resumes where the
+  consumer was, not at the end of the log (60 of 100 records were skipped that way). After a
+  loss the consumer redelivers at most what was acknowledged within one interval (plus a batch
+  in flight); it never skips. The locks that flag redeliveries went with Redis, so a restored
+  queue flags every batch below the log's end at the restore (``rdl``) as ``redelivered``: a
+  client that deduplicates on the flag stays correct (it may look up a few that were not).
+  Restores are single-flight per consumer and topic in a process: a herd of first polls (a
+  fleet starting, every consumer after Redis was emptied) makes one pair of broker calls per
+  consumer and topic, not one per poll.
 - **Reset.** An operator's reset is written to the checkpoint at once (:meth:`save_now`), so a
   later restore does not undo it.
 
@@ -41,8 +50,11 @@ _PARALLEL = 8
 
 
 class Checkpoints:
-    def __init__(self, settings: Settings, store: OffsetStore, broker: Broker) -> None:
+    def __init__(self, settings: Settings, store: OffsetStore, broker: Broker,
+                 on_restore: Callable[[int, int], None] | None = None) -> None:
         self.store = store
+        #: Told of each restore: (queues resumed from the checkpoint, new queues) (metrics).
+        self.on_restore = on_restore
         self.broker = broker
         self.interval_ms = settings.checkpoint_interval_ms
         self.prefix = settings.checkpoint_group_prefix
@@ -50,21 +62,49 @@ class Checkpoints:
         self.node = f"{node_id()}:{uuid.uuid4().hex[:8]}"
         self._task: asyncio.Task[None] | None = None
         self._names: Callable[[], Awaitable[Iterable[str]]] | None = None  # set by start()
+        #: Restores running in this process, by (consumer, topic): shared by concurrent polls.
+        self._restoring: dict[tuple[str, str], asyncio.Future[int]] = {}
 
     def group(self, consumer: str) -> str:
         """The broker's consumer group that holds ``consumer``'s checkpoint."""
         return self.prefix + consumer
 
     # -- restore and reset: on the request path ---------------------------------------------
-    async def restore(self, consumer: str, topic: str) -> int:
+    async def restore(self, consumer: str, topic: str, start: str,
+                      watermarks: dict[str, tuple[int, int]]) -> int:
         """Seed ``consumer``'s queues of ``topic`` that have no committed offset from its group;
-        raises BrokerUnavailable (the fetch answers 503: better than skipping records)."""
-        offsets = await self.broker.load_offsets(self.group(consumer), topic)
-        seeded = await self.store.restore(consumer, topic, offsets)
-        if seeded:
-            log.warning("consumer %s resumed %d queue(s) of %s from the checkpoint in consumer "
-                        "group %s (Redis had no offsets for them)", consumer, seeded, topic,
-                        self.group(consumer))
+        queues the group lacks start at ``start`` (of ``watermarks``: ``{queue: (lo, hi)}``),
+        written to the group first. Single-flight per consumer and topic: concurrent callers
+        share one restore. Raises BrokerUnavailable (the fetch answers 503: better than
+        skipping records)."""
+        key = (consumer, topic)
+        running = self._restoring.get(key)
+        if running is None:
+            running = asyncio.ensure_future(self._restore(consumer, topic, start, watermarks))
+            self._restoring[key] = running
+            running.add_done_callback(lambda _: self._restoring.pop(key, None))
+        return await asyncio.shield(running)
+
+    async def _restore(self, consumer: str, topic: str, start: str,
+                       watermarks: dict[str, tuple[int, int]]) -> int:
+        group = self.group(consumer)
+        held = await self.broker.load_offsets(group, topic, list(watermarks))
+        new = {q: lo if start == "earliest" else hi for q, (lo, hi) in watermarks.items()
+               if q not in held}
+        if new:
+            await self.broker.save_offsets(group, topic, new)
+        below: dict[str, int] = {}
+        if held:  # Redis lost these queues: what was delivered from them is below the log's end
+            fresh = await self.broker.watermarks(topic)
+            below = {q: max(fresh.get(q, (0, 0))[1], watermarks.get(q, (0, 0))[1]) for q in held}
+        seeded = await self.store.restore(consumer, topic, {**held, **new}, below)
+        if self.on_restore is not None and seeded:
+            self.on_restore(max(0, seeded - len(new)), len(new))
+        if held and seeded:
+            log.warning("consumer %s resumed queue(s) %s of %s from the checkpoint in consumer "
+                        "group %s (Redis had no offsets for them); batches below the log's end "
+                        "now are flagged redelivered", consumer, ",".join(sorted(held)), topic,
+                        group)
         return seeded
 
     async def save_now(self, consumer: str, topic: str, offsets: dict[str, int]) -> bool:

@@ -35,6 +35,7 @@ from ..store import (
 from .auth import Authorizer
 from .checkpoint import Checkpoints
 from .errors import DomainError, Forbidden, Invalid, bad_request
+from .registry_copy import RegistryCopy
 from .requestid import BatchRef, RequestIdCodec
 from .retry import retry_topic
 from .waiting import Key, WaitRoom
@@ -125,14 +126,19 @@ class _Try:
     taken_over: set[tuple[str, str]] = field(default_factory=set)
     announced: bool = False
     restored: int = 0
+    copy_checked: bool = False  # the registry's copy was looked at (registry_copy.ensure)
 
 
 class ConsumeService:
     def __init__(self, settings: Settings, store: OffsetStore, broker: Broker,
                  watermarks: Watermarks, codec: RequestIdCodec, authorizer: Authorizer,
                  on_ack: Callable[[AckResult], None] | None = None,
-                 checkpoints: Checkpoints | None = None) -> None:
+                 checkpoints: Checkpoints | None = None,
+                 registry_copy: RegistryCopy | None = None) -> None:
         self.settings = settings
+        #: The registry's durable copy: a Redis that lost the registry gets it back before a
+        #: refusal or a new queue's start position is decided on what is left.
+        self.registry_copy = registry_copy
         #: Where offsets Redis lost are restored from (None: a consumer starts at ``start``).
         self.checkpoints = checkpoints
         #: Told of every ack the store decided, as soon as it is decided: a piggy-backed ack is
@@ -295,14 +301,16 @@ class ConsumeService:
             skip={q for tp, q in t.skip if tp == topic},
             restore=self.checkpoints is not None and self.checkpoints.enabled,
             registered_as=p.topic)
+        if isinstance(chosen, (Refused, NeedsRestore)) and await self._registry_restored(t):
+            return None  # decided on a Redis that had lost the registry: again with it
         if isinstance(chosen, Refused):
             raise await self._refused(chosen.reason, p)
         if isinstance(chosen, NeedsRestore):
             assert self.checkpoints is not None  # choose asks only when restores are on
             t.restored += 1
-            if t.restored > 3:  # each restore marks the topic: only a Redis emptied again and
-                raise BrokerUnavailable("offsets being restored")  # again gets here
-            await self.checkpoints.restore(p.group, topic)
+            if t.restored > 3:  # each restore seeds every queue of wm: only a Redis emptied
+                raise BrokerUnavailable("offsets being restored")  # again and again gets here
+            await self.checkpoints.restore(p.group, topic, chosen.start, wm)
             self._seen.pop(p.group, None)  # Redis lost the seen list too: announce again
             return None
         if not t.announced:  # only names choose.lua accepted (key, registration) are listed
@@ -321,7 +329,8 @@ class ConsumeService:
             if chosen.previous_lock_ms > 0:
                 t.taken_over.add((topic, chosen.queue))
             batch = await self._pull(p, topic, chosen,
-                                     redelivered=(topic, chosen.queue) in t.taken_over)
+                                     redelivered=(topic, chosen.queue) in t.taken_over
+                                     or chosen.committed < chosen.redeliver_below)
             if batch is not None:
                 return Fetched(FetchStatus.OK, p.topic, batch=batch)
             t.skip.add((topic, chosen.queue))  # nothing readable there now: try the others first
@@ -355,6 +364,14 @@ class ConsumeService:
         await self.store.unlock(p.group, p.client_id, topic, lock.queue, lock.token)
         if lock.charged:
             await self.store.refund(p.group, lock.allowance)
+
+    async def _registry_restored(self, t: _Try) -> bool:
+        """Once per request, before a refusal or a new queue's start position: whether Redis had
+        lost the registry and it was just restored (then choose again)."""
+        if self.registry_copy is None or t.copy_checked:
+            return False
+        t.copy_checked = True
+        return await self.registry_copy.ensure()
 
     async def _pull(self, p: FetchParams, topic: str, lock: Lock, redelivered: bool) -> Batch | None:
         """Read the locked queue; None (with the lock released or the skip committed) if empty."""

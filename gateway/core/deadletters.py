@@ -16,9 +16,10 @@ from enum import Enum
 
 from ..broker import Broker, BrokerUnavailable, OutgoingMessage, Record, UnknownTopic
 from ..config import Settings
-from ..store import Lock, NoQueue, OffsetStore
+from ..store import Lock, NeedsRestore, NoQueue, OffsetStore
+from .checkpoint import Checkpoints
 from .errors import bad_request
-from .names import INTERNAL_PREFIX
+from .names import INTERNAL_PREFIX, internal_topic_prefixes, is_internal_topic
 from .produce import produce
 from .retry import (
     H_ATTEMPT,
@@ -73,11 +74,14 @@ class DeadPage:
 
 class DeadLetters:
     def __init__(self, settings: Settings, store: OffsetStore, broker: Broker,
-                 wm: Watermarks) -> None:
+                 wm: Watermarks, checkpoints: Checkpoints | None = None) -> None:
         self.settings = settings
         self.store = store
         self.broker = broker
         self.wm = wm
+        #: The redrive positions (CURSOR_GROUP) are checkpointed like a consumer's: after a Redis
+        #: loss a redrive resumes there instead of sending every dead letter again.
+        self.checkpoints = checkpoints if checkpoints is not None and checkpoints.enabled else None
 
     async def topic_of(self, group: str) -> str:
         return RetryPolicy.of(group, await self.store.get_config(group), self.settings).dead_letter_topic
@@ -135,7 +139,7 @@ class DeadLetters:
         if queue is not None and queue not in queues:
             raise bad_request("invalid_partition", f"dead-letter topic {topic!r} has no partition {queue}")
         skip = {q for q in queues if queue is not None and q != queue}
-        moved = 0
+        moved = restores = 0
         while limit is None or moved < limit:
             wm = await self.wm.get(topic)
             want = min(REDRIVE_BATCH, limit - moved) if limit is not None else REDRIVE_BATCH
@@ -143,7 +147,13 @@ class DeadLetters:
                 CURSOR_GROUP, "", topic, wm, address="redrive",
                 default_timeout_ms=self.settings.relay_lock_ms, default_start="earliest",
                 client_idle_ms=self.settings.client_idle_ms, max_messages=want, open_mode=True,
-                skip=skip)
+                skip=skip, restore=self.checkpoints is not None)
+            if isinstance(chosen, NeedsRestore) and self.checkpoints is not None:
+                restores += 1
+                if restores > 3:  # each restore seeds every queue: only a Redis emptied again
+                    raise BrokerUnavailable("redrive positions being restored")  # and again
+                await self.checkpoints.restore(CURSOR_GROUP, topic, chosen.start, wm)
+                continue
             if not isinstance(chosen, Lock):
                 if isinstance(chosen, NoQueue) and chosen.wake_ms >= 0:  # another redrive holds
                     await asyncio.sleep(0.05)  # a queue with records: wait for it to finish
@@ -184,10 +194,11 @@ class DeadLetters:
         retry topic of the consumer (and clientId) that failed it; how many were sent (a record
         no nack wrote names no origin: it is passed over)."""
         by_topic: dict[str, list[OutgoingMessage]] = {}
+        internal = internal_topic_prefixes(self.settings)
         for r in records:
             origin = header(r, H_ORIGIN_TOPIC)
-            if origin is None:  # not written by a nack: nowhere to send it back to
-                continue
+            if origin is None or is_internal_topic(origin, internal):
+                continue  # not written by a nack (or forged): nowhere to send it back to
             own = [(n, v) for n, v in r.headers if n not in OWN_HEADERS]
             if target is RedriveTarget.TOPIC:  # a new write: the broker's time, as for retries
                 by_topic.setdefault(origin, []).append(OutgoingMessage(r.value, r.key, own))

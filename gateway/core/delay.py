@@ -16,7 +16,6 @@ such a record will be that adapter's to implement (the marks here are the relay'
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import hmac
 import logging
@@ -29,6 +28,7 @@ from dataclasses import dataclass, replace
 from ..broker import Broker, Capability, OutgoingMessage, ProduceResult
 from ..config import Settings
 from ..store import CancelOutcome, OffsetStore, now_ms
+from . import b64url
 from .errors import Conflict, bad_request
 from .produce import Produced, misplaced, produce
 from .wheel import (
@@ -84,17 +84,12 @@ class DelayIds:
         return DelayRef(due, payload[_HEAD.size:].decode())
 
 
-def _b64(b: bytes) -> str:
-    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+_b64 = b64url.encode
 
 
 def _unb64(s: str) -> bytes:
-    if not s or len(s) > 400:
-        raise ValueError(s)
-    try:
-        return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
-    except (ValueError, TypeError) as e:
-        raise ValueError(s) from e
+    """One spelling per delay id, as per requestId: no ``=`` padding, no stray bits."""
+    return b64url.decode(s, 400)
 
 
 @dataclass(frozen=True, slots=True)

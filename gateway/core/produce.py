@@ -14,6 +14,7 @@ from typing import Any
 from ..broker import Broker, OutgoingMessage, ProduceResult
 from ..store import Credential, OffsetStore
 from .errors import bad_request, forbidden, unauthorized
+from .names import check_public_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +73,7 @@ class ProduceGate:
     async def check(self, credential: Credential | None, producer: str, topic: str) -> None:
         """Refuse a produce the key or the producer registry does not allow (no Redis call when
         auth is off and the gateway is in open mode, or when an allowed verdict is cached)."""
-        if self.internal and topic.startswith(self.internal):
-            raise forbidden("internal_topic", f"topic {topic!r} is one of the gateway's own (delay "
-                            "levels, retry topics): produce to the record's own topic, with "
-                            "delayMs or deliverAt for a delay")
+        check_public_topic(topic, self.internal)
         if credential is None and self.open_mode and not producer:
             return
         key = (credential.key_id, credential.sha256, producer, topic) if credential else \

@@ -17,6 +17,8 @@ from ..config import Settings
 from ..store import OffsetStore, now_ms
 from .checkpoint import Checkpoints
 from .errors import bad_request, not_found
+from .names import INTERNAL_PREFIX, check_public_topic, internal_topic_prefixes
+from .retry import check_policy_fields
 
 #: Unregistered (open-mode) consumers listed in views, alert evaluations and metrics: the most
 #: recently seen this many. Registered consumers are always listed.
@@ -29,6 +31,9 @@ class ConsumerRecord:
 
     name: str
     fields: dict[str, str]
+    #: This write made the consumer: in open mode, a name never seen before (no settings,
+    #: offsets or fetch). Said in the answer, so that a typo does not pass unnoticed.
+    created: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +65,34 @@ class Registry:
         return await self.records.config(group)
 
     async def get_consumer(self, group: str) -> ConsumerRecord:
+        return ConsumerRecord(group, await self.require_seen(group))
+
+    async def require_seen(self, group: str, client_id: str = "") -> dict[str, str]:
+        """The consumer's config, for the views: ``404 unknown_consumer`` (``unknown_client``)
+        for a name that left no trace at all (no registration, settings, offsets or fetch), in
+        every mode, so that a typo in a view's name is told rather than shown as empty."""
         cfg = await self.config(group)
-        if not cfg:
-            raise not_found("unknown_consumer", f"consumer {group!r} is not registered and has no settings")
-        return ConsumerRecord(group, cfg)
+        if not cfg and not group.startswith(INTERNAL_PREFIX) and not await self.records.known(group):
+            raise not_found("unknown_consumer", f"consumer {group!r} is unknown: not registered, "
+                            "and never fetched or given settings")
+        if client_id and not await self.records.known(group, client_id):
+            raise not_found("unknown_client", f"consumer {group!r} has no broadcast clientId "
+                            f"{client_id!r} (never seen, or forgotten after client_idle_ms)")
+        return cfg
+
+    def _check(self, given: dict[str, str | None], merged: dict[str, str]) -> None:
+        """The rules across fields, on the hash as it will be (``merged``); topics only where
+        ``given`` names them (a registration kept from before is not refused for them)."""
+        internal = internal_topic_prefixes(self.settings)
+        for t in (given.get("topics") or "").split(","):
+            if t:
+                check_public_topic(t, internal)
+        if given.get("retry_dead_letter_topic"):
+            check_public_topic(given["retry_dead_letter_topic"], internal)
+        check_policy_fields(merged)
+        if merged.get("burst") and not merged.get("rate"):
+            raise bad_request("invalid_rate_limit", "rateLimit.burst needs "
+                              "rateLimit.messagesPerSecond (the consumer has no rate limit)")
 
     async def put_consumer(self, group: str, fields: dict[str, str | None]) -> tuple[ConsumerRecord, bool]:
         """Register (or re-register) with exactly ``fields`` (hash fields; None: unset);
@@ -74,16 +103,19 @@ class Registry:
         old = await self.config(group)
         now = str(now_ms())
         values = {k: v for k, v in fields.items() if v is not None}
+        self._check(fields, values)
         values.update(registered="1", updated_ms=now, created_ms=old.get("created_ms") or now)
         await self.records.replace_config(group, values)
         await self.records.add_registered(group)
         return ConsumerRecord(group, values), not old.get("registered")
 
     async def patch_consumer(self, group: str, fields: dict[str, str | None]) -> ConsumerRecord:
-        """Change only the given hash fields (None clears one); works for open-mode consumers."""
+        """Change only the given hash fields (None clears one), nothing else; works for
+        open-mode consumers (``created`` when this made the name)."""
         cfg = await self.config(group)
         if not cfg and not self.settings.open_mode:
             raise not_found("unknown_consumer", f"consumer {group!r} is not registered")
+        created = not cfg and not await self.records.known(group)
         if cfg.get("registered") == "1":
             if "topics" in fields and fields["topics"] is None:
                 raise bad_request("invalid_topics", "a registered consumer needs topics")
@@ -94,25 +126,38 @@ class Registry:
                               "topics and mode are enforced only for registered consumers "
                               f"(PUT /admin/consumers/{group})")
         sets = {k: v for k, v in fields.items() if v is not None}
+        # checked on the hash as it will be: a PATCH of one retry field may mix a policy
+        # (read-check-write: two PATCHes at once could still, rarely, leave a mixed policy)
+        self._check(fields, {**{k: v for k, v in cfg.items() if k not in fields}, **sets})
         sets["updated_ms"] = str(now_ms())
         await self.records.update_config(group, sets, [k for k, v in fields.items() if v is None])
         if cfg.get("registered") != "1":  # settings of an open-mode name: list it (and watch
             await self.records.mark_seen(group, now_ms())  # its alert thresholds)
-        return ConsumerRecord(group, await self.config(group))
+        return ConsumerRecord(group, await self.config(group), created)
 
     async def require_known(self, group: str) -> dict[str, str]:
         """The consumer's config; 404 unless it is registered or open mode serves it, so that an
         operator's typo fails instead of pausing or resetting a name nobody consumes as."""
-        cfg = await self.config(group)
-        if cfg.get("registered") != "1" and not self.settings.open_mode:
-            raise not_found("unknown_consumer", f"consumer {group!r} is not registered")
-        return cfg
+        return (await self.writable(group))[0]
 
-    async def set_paused(self, group: str, paused: bool) -> None:
-        cfg = await self.require_known(group)
+    async def writable(self, group: str) -> tuple[dict[str, str], bool]:
+        """(config, created) for a write: outside open mode only a registered consumer
+        (``404 unknown_consumer``); in open mode any name, ``created`` when it was never seen
+        (the write makes it, and the answer says so)."""
+        cfg = await self.config(group)
+        if cfg.get("registered") == "1":
+            return cfg, False
+        if not self.settings.open_mode:
+            raise not_found("unknown_consumer", f"consumer {group!r} is not registered")
+        return cfg, not cfg and not await self.records.known(group)
+
+    async def set_paused(self, group: str, paused: bool) -> bool:
+        """Pause or resume; True when this created the consumer (see :meth:`writable`)."""
+        cfg, created = await self.writable(group)
         await self.store.set_config(group, {"paused": "1" if paused else "0", "updated_ms": now_ms()})
         if cfg.get("registered") != "1":  # as patch_consumer: an open-mode name with settings is listed
             await self.records.mark_seen(group, now_ms())
+        return created
 
     async def delete_consumer(self, group: str, delete_offsets: bool) -> DeleteResult:
         """Unregister: settings and rate bucket go; offsets too if asked. Key grants stay with
@@ -141,6 +186,8 @@ class Registry:
     # Stored as JSON {"producer", "topics", "createdMs", "updatedMs"} (produce_check.lua reads
     # its topics): the store's format, kept as it was written by earlier versions.
     async def put_producer(self, name: str, topics: list[str]) -> tuple[ProducerRecord, bool]:
+        for t in topics:
+            check_public_topic(t, internal_topic_prefixes(self.settings))
         old = await self.get_producer(name, missing_ok=True)
         now = now_ms()
         rec = ProducerRecord(name, topics, old.created_ms if old else now, now)

@@ -25,7 +25,8 @@ from typing import Any
 
 from ..broker import Broker, BrokerUnavailable, OutgoingMessage, Record, UnknownTopic
 from ..config import Settings, node_id
-from ..store import Lock, NoQueue, OffsetStore, Settled, now_ms
+from ..store import Lock, NeedsRestore, NoQueue, OffsetStore, Settled, now_ms
+from .checkpoint import Checkpoints
 from .delay import DelayService, note_written, sleep_until
 from .names import INTERNAL_PREFIX
 from .watermarks import Watermarks
@@ -97,8 +98,13 @@ def _forget(draining: dict[str, asyncio.Task[None]], queue: str, _task: asyncio.
 
 class Relay:
     def __init__(self, settings: Settings, store: OffsetStore, broker: Broker, wm: Watermarks,
-                 delay: DelayService, counted: Callable[[str, int], None] | None = None) -> None:
+                 delay: DelayService, counted: Callable[[str, int], None] | None = None,
+                 checkpoints: Checkpoints | None = None) -> None:
         self.settings = settings
+        #: The relay's level positions are checkpointed like a consumer's (RELAY_GROUP): after a
+        #: Redis loss it resumes there. Without, it would start every level at its earliest
+        #: retained record and deliver every delayed record of the retention period again.
+        self.checkpoints = checkpoints if checkpoints is not None and checkpoints.enabled else None
         self.store = store
         self.broker = broker
         #: The app's watermarks: raised for the topics the relay delivers to (wakes long polls).
@@ -195,11 +201,19 @@ class Relay:
             wm = await self.levels_wm.get(topic)
         except (UnknownTopic, BrokerUnavailable):
             return None
-        chosen = await self.store.choose(
-            RELAY_GROUP, "", topic, wm, address=self.address,
-            default_timeout_ms=self.settings.relay_lock_ms, default_start="earliest",
-            client_idle_ms=self.settings.client_idle_ms, max_messages=self.settings.relay_batch,
-            open_mode=True, skip=skip)
+        for _ in range(2):  # a restore, then choose again
+            chosen = await self.store.choose(
+                RELAY_GROUP, "", topic, wm, address=self.address,
+                default_timeout_ms=self.settings.relay_lock_ms, default_start="earliest",
+                client_idle_ms=self.settings.client_idle_ms, max_messages=self.settings.relay_batch,
+                open_mode=True, skip=skip, restore=self.checkpoints is not None)
+            if not isinstance(chosen, NeedsRestore) or self.checkpoints is None:
+                break
+            try:
+                await self.checkpoints.restore(RELAY_GROUP, topic, chosen.start, wm)
+            except BrokerUnavailable as e:
+                log.warning("relay: positions of %s not restored yet: %s", topic, e)
+                return None
         return chosen if isinstance(chosen, (Lock, NoQueue)) else None
 
     async def _drain(self, topic: str, lock: Lock) -> None:

@@ -9,12 +9,12 @@ for someone else's group.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import re
 from dataclasses import dataclass
 
+from . import b64url
 from .errors import Invalid, bad_request
 
 _VERSION = "2"
@@ -39,7 +39,6 @@ class BatchRef:
     fetched_ms: int = 0  # when the batch was handed out (0: unknown); a nack keeps the first one
 
 
-_B64URL = re.compile(r"[A-Za-z0-9_-]+")
 _INT = re.compile(r"-?[0-9]{1,19}")
 #: Offsets and lock tokens are 64-bit integers: a wider number was not made by a gateway.
 _INT64 = (-(2**63), 2**63 - 1)
@@ -63,20 +62,14 @@ class RequestIdCodec:
              str(ref.fetched_ms))
         ).encode()
         raw = payload + self._sign(payload)
-        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+        return b64url.encode(raw)
 
     def decode(self, text: str) -> BatchRef:
         """Verify and unpack; any tampering or garbage gives a 400 ``invalid_request_id``."""
-        if not isinstance(text, str) or not text or len(text) > 2048 or not _B64URL.fullmatch(text):
-            raise _malformed("not unpadded base64url")
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        except (ValueError, TypeError):
-            raise _malformed("not unpadded base64url") from None
-        # One spelling per requestId: the decoder also takes stray bits in the last character,
-        # which would make several strings name the same batch.
-        if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != text:
-            raise _malformed("not canonical base64url")
+        try:  # one spelling per requestId: no padding, no stray bits (core/b64url.py)
+            raw = b64url.decode(text, 2048)
+        except ValueError as e:
+            raise _malformed(str(e)) from None
         payload, sig = raw[:-_SIG_BYTES], raw[-_SIG_BYTES:]
         parts = payload.decode("utf-8", "replace").split(_SEP)
         # the layout is public; the key is not

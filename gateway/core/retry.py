@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..broker import Record
 from ..config import Settings
+from .errors import bad_request
 from .wheel import H_DUE
 
 #: The delivery attempt a record is on (1: its first delivery, from the topic itself).
@@ -83,6 +84,20 @@ class RetryPolicy:
                 math.log(max(1, self.max_delay_ms) / self.initial_delay_ms):
             return self.max_delay_ms
         return min(self.max_delay_ms, round(self.initial_delay_ms * self.multiplier ** (n - 1)))
+
+
+#: The exponential policy's hash fields; a ``delaysMs`` schedule (``retry_delays_ms``) replaces
+#: them all, so a policy holds one or the other.
+EXPONENTIAL_FIELDS = ("retry_initial_delay_ms", "retry_multiplier", "retry_max_delay_ms")
+
+
+def check_policy_fields(cfg: dict[str, str]) -> None:
+    """Refuse a config hash whose retry policy mixes a schedule with the exponential fields:
+    :meth:`RetryPolicy.of` would follow the schedule and silently ignore the others."""
+    if cfg.get("retry_delays_ms") and any(cfg.get(f) for f in EXPONENTIAL_FIELDS):
+        raise bad_request("conflicting_retry", "retry.delaysMs (a delay per retry) replaces "
+                          "initialDelayMs, multiplier and maxDelayMs (exponential delays): give "
+                          "one or the other (in a PATCH, null the others to switch)")
 
 
 def retry_topic(prefix: str, group: str, topic: str, client_id: str = "") -> str:

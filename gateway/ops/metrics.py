@@ -80,6 +80,10 @@ DELAY_RECORDS = Counter("mqgw_delay_records_total", "Delayed records the relay m
                         ["step"])
 RETRIED = Counter("mqgw_failed_records_total", "Records consumers failed (/nack, or failed "
                   "offsets on /ack), by where they went", ["outcome"])
+QUEUE_RESTORES = Counter("mqgw_offset_restores_total",
+                         "Queues given their first committed offset in Redis by a restore: "
+                         "resumed from the broker's checkpoint (after Redis lost them), or new "
+                         "(their start position, written to the checkpoint first)", ["source"])
 DEPENDENCY_ERRORS = Counter("mqgw_dependency_errors_total",
                             "Requests failed with 503 because Redis or the broker was unavailable",
                             ["dependency"])
@@ -133,6 +137,14 @@ def fetched(status: str, messages: int, redelivered: bool) -> None:
 def delay_moved(step: str, n: int) -> None:
     """Count records the relay moved (``delivered``, ``hopped``, ``dropped``)."""
     _child(_delay_by_step, DELAY_RECORDS, step).inc(n)
+
+
+def offsets_restored(resumed: int, new: int) -> None:
+    """Count one restore's queues (core/checkpoint.py): ``resumed`` from the checkpoint, ``new``."""
+    if resumed:
+        QUEUE_RESTORES.labels(source="checkpoint").inc(resumed)
+    if new:
+        QUEUE_RESTORES.labels(source="start").inc(new)
 
 
 def failed(retried: int, dead_lettered: int) -> None:

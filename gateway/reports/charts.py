@@ -140,7 +140,7 @@ class Panel(NamedTuple):
 
     title: str  # "1. consumer-a / client"
     note: str  # "31.7k ▲ +1.55/s": lag now and its trend
-    growing: bool  # the trend is up: the note is red
+    growing: bool  # its lag grows beyond noise (drain status "never"): drawn red
     t_ms: Sequence[int]
     lag: Sequence[float]
 
@@ -197,6 +197,7 @@ class RateRow(NamedTuple):
     consumed: float | None  # messages/s, this consumer
     produced: float | None  # messages/s, the topics (partitions) it reads
     lag: int
+    behind: bool = False  # its lag grows (gateway.reports.rates.behind): drawn red
 
 
 RATE_CAP = 2.0  # the ratio axis ends at 200%: "far faster than production" needs no more
@@ -204,7 +205,7 @@ RATE_CAP = 2.0  # the ratio axis ends at 200%: "far faster than production" need
 
 def consumer_rates(rows: Sequence[RateRow]) -> Chart:
     """One labelled row per consumer: its consumption as a share of the production of the topics
-    it reads (100% = keeps up), red when it has lag and is slower, with both rates written out.
+    it reads (100% = keeps up), red when its lag grows, with both rates written out.
 
     A ratio, not two bars on one axis: rates from 0.1/s to 10,000/s side by side left every small
     consumer as an unreadable dot at zero."""
@@ -217,8 +218,7 @@ def consumer_rates(rows: Sequence[RateRow]) -> Chart:
         c, p = r.consumed or 0.0, r.produced or 0.0
         ratio = (c / p) if p > 0 else (RATE_CAP if c > 0 else 1.0)
         ratios.append(min(ratio, RATE_CAP))
-        colors.append(GOOD if _keeps_up(r._asdict() | {"consumption_rate": r.consumed,
-                                                       "production_rate": r.produced}) else BAD)
+        colors.append(BAD if r.behind else GOOD)
         notes.append(f"{_rate(r.consumed)} of {_rate(r.produced)}/s"
                      + (f" · lag {human(r.lag)}" if r.lag else ""))
     ax.barh(ys, ratios, height=0.62, color=colors, zorder=2)
@@ -279,13 +279,6 @@ def lag_heatmap(labels: Sequence[str], start_ms: int, bucket_ms: int,
     cb.ax.yaxis.set_major_formatter(_HUMAN)
     cb.ax.tick_params(labelsize=8)
     return _render(fig, ticks_of=ax)
-
-
-def _keeps_up(r: dict[str, Any]) -> bool:
-    c, p = r.get("consumption_rate"), r.get("production_rate")
-    if c is None or p is None:
-        return not r.get("lag")
-    return c >= p * (1 - 1e-9) or not r.get("lag")
 
 
 def _short(s: str, n: int) -> str:

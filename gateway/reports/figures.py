@@ -61,13 +61,13 @@ def charts(result: dict[str, Any]) -> dict[str, Any]:
         slope = r["lag_slope"] or 0.0
         note = f"{C.human(r['lag'])}" + (f" {'▲' if slope > 0 else '▼'} {C.human(abs(slope))}/s"
                                          if abs(slope) >= 0.005 else "")
-        panels.append(C.Panel(f"{r['rank']}. {rates.who(r)}", note, slope > 0, xs, ys))
+        panels.append(C.Panel(f"{r['rank']}. {rates.who(r)}", note, rates.behind(r), xs, ys))
     out["top_lag"] = C.top_lag(panels) if panels else None
     readers = rates.topics_by_reader(result["readers"])
     shown = rates.ranked(t["consumers"].to_pylist())[:RATE_ROWS]
     out["rates"] = C.consumer_rates([
         C.RateRow(rates.who(r), rates.topics_text(readers.get((r["consumer"], r["client_id"]), [])),
-                  r["consumption_rate"], r["production_rate"], r["lag"] or 0)
+                  r["consumption_rate"], r["production_rate"], r["lag"] or 0, rates.behind(r))
         for r in shown]) if shown else None
     if result["heat_rows"]:
         labels, grid = result["heat_grid"]

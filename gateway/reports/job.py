@@ -3,7 +3,7 @@
 Runs locally::
 
     mqgw report --snapshots DIR --out REPORT [--since ISO8601] [--until ISO8601] [--top 10]
-                [--stuck-after 10m] [--idle-after 1h] [--master local[*]]
+                [--stuck-after 10m] [--idle-after 1h] [--include-internal] [--master local[*]]
 
 and unchanged on a cluster (the package must be installed in the driver's Python)::
 
@@ -15,6 +15,13 @@ executor (a shared filesystem, HDFS, S3); the results are small (one row per que
 are collected to the driver, which writes REPORT/ on its own filesystem:
 ``{queues,consumers,topics,stuck,idle,top}.{parquet,csv}``, ``report.html`` (self-contained),
 ``charts/*.png`` and ``summary.json``. Definitions: :mod:`gateway.reports.metrics`.
+
+The gateway's own topics (delay levels, retry topics: :func:`gateway.core.names
+.internal_topic_prefixes` of the settings, ``MQGW_CONFIG`` and ``MQGW_*`` as for the gateway)
+and consumers (``_mqgw…``, :data:`gateway.core.names.INTERNAL_PREFIX`) are left out unless
+``--include-internal``: nobody produced to them, and 45 delay levels would bury two user topics.
+A local DIR is checked for samples in the window in plain Python first
+(:mod:`gateway.reports.inputs`): none, and the command says so without starting Spark.
 """
 
 from __future__ import annotations
@@ -37,17 +44,30 @@ import itertools
 import json
 import math
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from gateway.config import parse_duration
+from gateway.reports import inputs
 
 TABLES = ("queues", "consumers", "topics", "stuck", "idle", "top")
 LINE_POINTS = 300  # at most this many points per line in the time charts
 HEAT_COLUMNS = 120  # at most this many time buckets in the heat map
 HEAT_ROWS = 30  # queues in the heat map
 RETIRED_CHARTS = ("topics",)  # charts/*.png of older versions, removed from an --out reused
+LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")  # sc.setLogLevel's
+#: One JSON object per line, the shape of the gateway's own log lines (gateway/ops/logs.py):
+#: ts, level, logger, msg, exc (only with an exception).
+_LOG_TEMPLATE = {
+    "ts": {"$resolver": "timestamp",
+           "pattern": {"format": "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'", "timeZone": "UTC"}},
+    "level": {"$resolver": "level", "field": "name"},
+    "logger": {"$resolver": "logger", "field": "name"},
+    "msg": {"$resolver": "message", "stringified": True},
+    "exc": {"$resolver": "exception", "field": "stackTrace", "stackTrace": {"stringified": True}},
+}
 
 
 def parse_time(text: str) -> int:
@@ -74,13 +94,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="backlog without progress for longer than this is stuck (10m)")
     p.add_argument("--idle-after", default="1h", metavar="DURATION",
                    help="no access for longer than this before the window's end is idle (1h)")
+    p.add_argument("--include-internal", action="store_true",
+                   help="also report the gateway's own topics (mqgw.delay.*, mqgw.retry.*) and "
+                        "consumers (_mqgw.*), left out by default")
     p.add_argument("--master", default=None,
                    help="Spark master (default local[*]; under spark-submit, spark-submit's)")
     p.add_argument("--driver-memory", default="4g",
                    help="driver JVM heap when this command starts Spark itself (4g)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Spark setting (repeatable)")
-    p.add_argument("--log-level", default="WARN", help="Spark log level (WARN)")
+    p.add_argument("--log-level", default="WARN", type=str.upper, choices=LOG_LEVELS,
+                   help="Spark log level (WARN); its lines go to stderr as JSON, one per line")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"mqgw report: {e}", file=sys.stderr)
         return 2
+    if opts["files"] == []:  # a local directory without a sample in the window: no Spark
+        print(f"mqgw report: no samples in {opts['snapshots']} within the window "
+              f"({_window_text(opts)})", file=sys.stderr)
+        return 2
     try:
         from pyspark.sql import SparkSession  # noqa: F401
     except ImportError:
@@ -96,12 +124,13 @@ def run(args: argparse.Namespace) -> int:
               "pip install 'mq-gateway[reports]'", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    spark = _session(args)
+    with tempfile.TemporaryDirectory(prefix="mqgw-report-") as tmp:  # the log4j2 file, read at start
+        spark = _session(args, Path(tmp))
     try:
         result = compute(spark, opts)
         if result is None:
-            print(f"mqgw report: no samples in {opts['snapshots']} within the window",
-                  file=sys.stderr)
+            print(f"mqgw report: no samples in {opts['snapshots']} within the window "
+                  f"({_window_text(opts)}){_internal_note(opts)}", file=sys.stderr)
             return 2
         result["summary"]["spark"] = {"version": spark.version,
                                       "master": spark.sparkContext.master,
@@ -130,12 +159,65 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     until = parse_time(args.until) if args.until else None
     if since is not None and until is not None and until <= since:
         raise ValueError("--until must be after --since")
+    stuck_after_ms = round(parse_duration(args.stuck_after) * 1000)
+    idle_after_ms = round(parse_duration(args.idle_after) * 1000)
+    local = inputs.local_dir(snapshots)
+    files = None if local is None else [str(f) for f in inputs.window_files(local, since, until)]
     return {"snapshots": snapshots, "out": args.out, "since_ms": since, "until_ms": until,
-            "top": args.top, "stuck_after_ms": round(parse_duration(args.stuck_after) * 1000),
-            "idle_after_ms": round(parse_duration(args.idle_after) * 1000)}
+            "top": args.top, "stuck_after_ms": stuck_after_ms, "idle_after_ms": idle_after_ms,
+            "files": files, "internal": _internal(args.include_internal)}
 
 
-def _session(args: argparse.Namespace):
+def _internal(included: bool) -> dict[str, Any]:
+    """The gateway's own topic and consumer prefixes (the rule of gateway.core.names), and
+    whether the report includes them."""
+    from gateway.config import Settings
+    from gateway.core.names import INTERNAL_PREFIX, internal_topic_prefixes
+
+    return {"included": included, "topic_prefixes": list(internal_topic_prefixes(Settings.load())),
+            "consumer_prefixes": [INTERNAL_PREFIX]}
+
+
+def _window_text(o: dict[str, Any]) -> str:
+    return f"{_iso(o['since_ms']) or 'the first sample'} to {_iso(o['until_ms']) or 'the last'}"
+
+
+def _internal_note(o: dict[str, Any]) -> str:
+    i = o["internal"]
+    return "" if i["included"] else \
+        "; the gateway's internal topics and consumers are left out (--include-internal)"
+
+
+def _log4j2(tmp: Path, level: str) -> Path:
+    """The JVM's log4j2 configuration: every line to stderr as JSON (``_LOG_TEMPLATE``), at
+    ``--log-level`` from the start. Without it Spark falls back to its own profile and prints,
+    outside any log format, "Using Spark's default log4j profile", "Setting default log level
+    to WARN" (pyspark counts as a shell) and its plain-text lines. The REPL logger gets the root's
+    level, which is what keeps Spark from printing that banner and resetting the root level; two
+    warnings that say nothing about a report (no native Hadoop library, a long plan's string
+    truncated) are kept to errors."""
+    path = tmp / "log4j2.properties"
+    path.write_text(f"""\
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = JsonTemplateLayout
+appender.stderr.layout.eventTemplate = {json.dumps(_LOG_TEMPLATE, separators=(",", ":"))}
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = {level}
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+logger.truncated.name = org.apache.spark.util.SparkStringUtils
+logger.truncated.level = error
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+""")
+    return path
+
+
+def _session(args: argparse.Namespace, tmp: Path):
     from pyspark.sql import SparkSession
 
     from gateway.reports import metrics as M
@@ -146,8 +228,10 @@ def _session(args: argparse.Namespace):
         b = b.master(args.master)
     elif not submitted:
         b = b.master("local[*]")
+    java_options = ""
     if not submitted:
         b = b.config("spark.driver.memory", args.driver_memory)
+        java_options = f"-Dlog4j2.configurationFile={_log4j2(tmp, args.log_level).as_uri()}"
     loopback = (args.master or "local").startswith("local") and not submitted and \
         "SPARK_LOCAL_IP" not in os.environ  # one process: no reason to listen beyond loopback
     if loopback:
@@ -158,7 +242,11 @@ def _session(args: argparse.Namespace):
         k, sep, v = kv.partition("=")
         if not sep:
             raise SystemExit(f"mqgw report: --conf wants KEY=VALUE, not {kv!r}")
+        if k.strip() == "spark.driver.extraJavaOptions":  # theirs after ours: a -D of theirs wins
+            java_options, v = "", f"{java_options} {v.strip()}"
         b = b.config(k.strip(), v.strip())
+    if java_options:
+        b = b.config("spark.driver.extraJavaOptions", java_options)
     spark = _start(b, loopback)
     sc = spark.sparkContext
     sc.setLogLevel(args.log_level)
@@ -193,7 +281,13 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
     from gateway.reports import metrics as M
 
     clock = _Clock()
-    rows = M.read_samples(spark, o["snapshots"], o["since_ms"], o["until_ms"])
+    skip = o["internal"]
+    rows = M.read_samples(
+        spark, o["snapshots"], o["since_ms"], o["until_ms"],
+        # file:// and the path as it is: Hadoop reads a path's URI escapes as part of the name
+        files=[f"file://{f}" for f in o["files"]] if o.get("files") else None,
+        skip_topics=() if skip["included"] else tuple(skip["topic_prefixes"]),
+        skip_consumers=() if skip["included"] else tuple(skip["consumer_prefixes"]))
     queues = M.queue_stats(rows, o["stuck_after_ms"]).persist()
     b = M.window_bounds(queues)
     clock("window")
@@ -260,7 +354,7 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
         "never": sum(1 for s, g in zip(q.column("drain_status").to_pylist(),
                                        q.column("gone").to_pylist(), strict=True)
                      if s == "never" and not g),
-        # consumers/clientIds with lag that read slower than their topics are produced
+        # consumers/clientIds whose lag grows beyond noise (rates.behind)
         "behind": sum(1 for r in tables["consumers"].to_pylist() if rates.behind(r)),
     }
     topics = tables["topics"]
@@ -278,6 +372,8 @@ def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
         },
         "thresholds": {"stuck_after_s": o["stuck_after_ms"] / 1000,
                        "idle_after_s": o["idle_after_ms"] / 1000, "top": o["top"]},
+        "internal": o["internal"],
+        "files": len(o["files"]) if o.get("files") is not None else None,
         "counts": counts,
         "totals": totals,
         "buckets": {"line_s": line_ms / 1000, "heat_s": heat_ms / 1000,

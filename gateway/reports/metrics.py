@@ -7,7 +7,10 @@ Definitions (a *queue* is one (consumer, client_id, broker, topic, queue) series
 - ``lag`` of a sample = max(max_offset - committed_offset, 0). The *current* lag is that of the
   queue's last sample.
 - ``lag_slope`` (messages/s): the least-squares slope of lag against time (``regr_slope``); null
-  with fewer than two samples.
+  with fewer than two samples. It is *beyond noise* when its t statistic (slope ÷ its standard
+  error, from ``regr_r2``: t² = r²·(n−2)/(1−r²)) is at least :data:`TREND_T` (3) with n ≥ 3
+  samples: a lag that only wobbles (a consumer keeping up is caught a few messages behind, more
+  or fewer at each sample) has a slope of either sign that is not.
 - ``consumption_rate`` (messages/s): the sum of the *positive* increments of committed_offset
   between consecutive samples, divided by the span. An offset reset that moves the committed
   offset back contributes 0 for that interval (no negative rate), and the messages read again
@@ -23,9 +26,20 @@ Definitions (a *queue* is one (consumer, client_id, broker, topic, queue) series
   partitions: for a consumer that reads every partition, the same figure. ``produced`` stays the
   queue's own count (its max offset's positive increments over its own span).
 - Both rates are null when the span is 0 (a single sample).
-- ``drain_s`` = lag / (consumption_rate - production_rate) seconds; ``drain_status`` is
-  ``drained`` (lag 0, drain_s 0), ``draining`` (consumption faster), ``never`` (lag > 0 and
-  production >= consumption; drain_s null) or ``unknown`` (lag > 0, one sample).
+- ``noise_lag``: the lag a consumer that keeps up may show at a sample, the production of the
+  queue's partition in one of its sample intervals (at least 1): it polls, commits, and by the
+  next sample that much has arrived again. A lag that stays within it is small.
+- ``drain_status``, from the lag's trend over the window, not from comparing two rates (their
+  noise made a consumer at 101 % of production, lag 4, "never" on a partition read at 99 %):
+  ``drained`` (lag 0); ``unknown`` (lag > 0, fewer than 3 samples: no trend to tell from noise);
+  ``never`` (the lag grows: a slope beyond noise that added more than ``noise_lag`` over the
+  span, and the lag is above ``noise_lag`` now); ``draining`` (a slope beyond noise that took
+  more than ``noise_lag`` off); else ``steady`` (lag > 0 that neither grows nor shrinks beyond
+  noise: a consumer keeping pace with production, or a fixed backlog; see stuck for one that
+  does not move at all).
+- ``drain_s``: 0 when drained; when draining, lag / (consumption_rate - production_rate), or
+  lag / -lag_slope where the rates (a sum of increments over the span) do not show consumption
+  ahead; null otherwise.
 - ``stalled_s``: how long, up to the queue's last sample, the queue has had a backlog that its
   consumer did not reduce: the time from the first sample of the final run of samples that all
   have lag > 0 and the same committed offset as the last sample, to the last sample. It is
@@ -54,6 +68,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 KEY = ["consumer", "client_id", "broker", "topic", "queue"]
+#: A lag slope is beyond noise when its t statistic (slope ÷ standard error) reaches this. With
+#: a lag that only wobbles, |t| >= 3 happens by chance in about 0.3 % of queues (n large), and
+#: :func:`queue_stats` also wants the change to exceed the lag of one sample interval.
+TREND_T = 3.0
 WHO = ["consumer", "client_id"]
 
 INPUT_SCHEMA = T.StructType([
@@ -96,12 +114,19 @@ def _utc(ms: int) -> dt.datetime:
 
 
 def read_samples(spark: SparkSession, path: str, since_ms: int | None = None,
-                 until_ms: int | None = None) -> DataFrame:
-    """The samples in [since, until) with ``t_ms`` (epoch ms) and ``lag`` added.
+                 until_ms: int | None = None, *, files: list[str] | None = None,
+                 skip_topics: tuple[str, ...] = (),
+                 skip_consumers: tuple[str, ...] = ()) -> DataFrame:
+    """The samples in [since, until) with ``t_ms`` (epoch ms) and ``lag`` added, without the
+    rows whose topic starts with one of ``skip_topics`` or consumer with one of
+    ``skip_consumers`` (the gateway's internal ones, unless the report includes them).
 
-    The ``date=`` directories are pruned to the window (with a day's slack on either side, in
-    case a writer partitioned by local time); the exact cut is on ``ts``."""
-    df = spark.read.schema(INPUT_SCHEMA).option("basePath", path).parquet(path)
+    ``files``: the snapshot files to read under ``path`` (:func:`gateway.reports.inputs
+    .window_files` found them), instead of every file under it. The ``date=`` directories are
+    pruned to the window (with a day's slack on either side, in case a writer partitioned by
+    local time); the exact cut is on ``ts``."""
+    reader = spark.read.schema(INPUT_SCHEMA).option("basePath", path)
+    df = reader.parquet(*files) if files else reader.parquet(path)
     partitioned = "date" in df.columns
     if since_ms is not None:
         if partitioned:
@@ -111,6 +136,9 @@ def read_samples(spark: SparkSession, path: str, since_ms: int | None = None,
         if partitioned:
             df = df.where(F.col("date") <= (_utc(until_ms) + _DAY).strftime("%Y-%m-%d"))
         df = df.where(F.col("ts") < F.lit(_utc(until_ms)))
+    for col, prefixes in (("topic", skip_topics), ("consumer", skip_consumers)):
+        for prefix in prefixes:
+            df = df.where(~F.col(col).startswith(prefix))
     cols = [f.name for f in INPUT_SCHEMA.fields]
     return df.select(
         *cols,
@@ -183,6 +211,8 @@ def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
         F.sum(F.greatest(F.col("d_max"), F.lit(0))).alias("produced"),
         F.regr_slope(F.col("lag").cast("double"),
                      (F.col("t_ms") - F.col("t0_ms")) / F.lit(1000.0)).alias("lag_slope"),
+        F.regr_r2(F.col("lag").cast("double"),
+                  (F.col("t_ms") - F.col("t0_ms")) / F.lit(1000.0)).alias("lag_r2"),
         F.max(F.when(breaks, F.struct("t_ms", "next_ms"))).alias("brk"),
         F.max("last_access_ms").alias("last_access_ms"),
         F.max("last_poll_ms").alias("last_poll_ms"),
@@ -194,7 +224,7 @@ def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
     g = g.select(
         *KEY, "l.mode", "first_ms", "last_ms", "samples", (span_ms / F.lit(1000.0)).alias("span_s"),
         "l.max_offset", "l.committed_offset", "l.lag", "l.low_watermark", "l.high_watermark",
-        F.col("lag_slope"), F.col("partition_rate").alias("production_rate"),
+        F.col("lag_slope"), "lag_r2", F.col("partition_rate").alias("production_rate"),
         per_s("consumed").alias("consumption_rate"), "produced", "consumed",
         # no break at all: the whole span was a backlog without progress
         F.when(F.col("brk").isNull(), F.col("first_ms")).otherwise(F.col("brk.next_ms"))
@@ -204,6 +234,16 @@ def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
         F.greatest("last_access_ms", "last_poll_ms").alias("last_seen_ms"),
     )
     lag, cons, prod = F.col("lag"), F.col("consumption_rate"), F.col("production_rate")
+    n, slope, span = F.col("samples"), F.col("lag_slope"), F.col("span_s")
+    # what the partition produces in one of this queue's sample intervals: a consumer that keeps
+    # up can be that far behind at any sample
+    noise = F.greatest(F.lit(1.0), F.coalesce(prod, F.lit(0.0)) * span / (n - 1))
+    t2 = F.lit(TREND_T * TREND_T)
+    # t >= TREND_T  <=>  r² (n - 2) >= T² (1 - r²); regr_r2 is 1 for a constant lag (slope 0)
+    beyond_noise = (n >= 3) & (F.col("lag_r2") * (n - F.lit(2) + t2) >= t2)
+    change = slope * span  # what the trend added over the span
+    growing = beyond_noise & (slope > 0) & (change > noise) & (lag > noise)
+    shrinking = beyond_noise & (slope < 0) & (-change > noise)
     stalled_ms = F.coalesce(F.col("last_ms") - F.col("blocked_since_ms"), F.lit(0))
     stuck_lock = F.coalesce(F.col("lock_age_ms") > F.col("lock_timeout_ms"), F.lit(False))
     return g.select(
@@ -213,9 +253,12 @@ def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
         "samples", "span_s", "max_offset", "committed_offset", "lag", "low_watermark",
         "high_watermark", "lag_slope", "production_rate", "consumption_rate", "produced",
         "consumed",
-        F.when(lag == 0, F.lit(0.0)).when(cons > prod, lag / (cons - prod)).alias("drain_s"),
-        F.when(lag == 0, "drained").when(cons.isNull(), "unknown").when(cons > prod, "draining")
-        .otherwise("never").alias("drain_status"),
+        noise.alias("noise_lag"),
+        F.when(lag == 0, F.lit(0.0)).when(n < 3, None)
+        .when(shrinking, F.when(cons > prod, lag / (cons - prod)).otherwise(lag / -slope))
+        .alias("drain_s"),
+        F.when(lag == 0, "drained").when(n < 3, "unknown").when(growing, "never")
+        .when(shrinking, "draining").otherwise("steady").alias("drain_status"),
         (stalled_ms / F.lit(1000.0)).alias("stalled_s"),
         (stalled_ms > F.lit(stuck_after_ms)).alias("stuck_backlog"),
         "lock_age_ms", "lock_timeout_ms", stuck_lock.alias("stuck_lock"),
@@ -243,13 +286,16 @@ def _idle(last_seen: Column, end_ms: int, idle_after_ms: int) -> tuple[Column, C
 
 
 def _drain_rollup(lag: Column) -> tuple[Column, Column]:
-    """A group of queues drains when its slowest queue does; never if any queue never does."""
+    """A group of queues: ``never`` if the lag of any grows; else ``unknown`` if any has too few
+    samples; ``drained`` with no lag; ``draining`` if any drains (in the time of its slowest
+    draining queue; the steady ones keep a lag that does not grow); else ``steady``."""
     never = F.col("n_never") > 0
     unknown = F.col("n_unknown") > 0
+    draining = F.col("n_draining") > 0
     status = (F.when(never, "never").when(unknown, "unknown").when(lag == 0, "drained")
-              .otherwise("draining"))
+              .when(draining, "draining").otherwise("steady"))
     drain = F.when(never | unknown, F.lit(None).cast("double")).when(lag == 0, F.lit(0.0)) \
-        .otherwise(F.col("max_drain_s"))
+        .when(draining, F.col("max_drain_s"))
     return drain.alias("drain_s"), status.alias("drain_status")
 
 
@@ -257,6 +303,7 @@ def _counts() -> list[Column]:
     return [
         F.sum(F.when(F.col("drain_status") == "never", 1).otherwise(0)).alias("n_never"),
         F.sum(F.when(F.col("drain_status") == "unknown", 1).otherwise(0)).alias("n_unknown"),
+        F.sum(F.when(F.col("drain_status") == "draining", 1).otherwise(0)).alias("n_draining"),
         F.max("drain_s").alias("max_drain_s"),
         F.sum(F.col("stuck").cast("int")).alias("stuck_queues"),
     ]
@@ -300,20 +347,23 @@ def topic_stats(queues: DataFrame) -> DataFrame:
         F.sum("lag").alias("lag"),
         F.sum("lag_slope").alias("lag_slope"),
         F.sum("consumption_rate").alias("consumption_rate"),
-        F.sum(F.col("stuck").cast("int")).alias("stuck_queues"),
+        *_counts(),
     )
     return prod.join(rest, ["broker", "topic"]).select(
         "broker", "topic", "partitions", "subscriptions", "lag", "lag_slope", "production_rate",
-        "consumption_rate", "stuck_queues")
+        "consumption_rate", "stuck_queues", *_drain_rollup(F.col("lag")))
 
 
 def subscription_stats(queues: DataFrame) -> DataFrame:
-    """One row per (consumer, client_id, broker, topic): what each reader of a topic consumes."""
+    """One row per (consumer, client_id, broker, topic): what each reader of a topic consumes,
+    and whether its lag there grows (``drain_status``, as for a consumer)."""
     return queues.groupBy(*WHO, "broker", "topic").agg(
         F.sum("lag").alias("lag"),
         F.sum("consumption_rate").alias("consumption_rate"),
         F.sum("production_rate").alias("production_rate"),
-    )
+        *_counts(),
+    ).select(*WHO, "broker", "topic", "lag", "consumption_rate", "production_rate",
+             *_drain_rollup(F.col("lag")))
 
 
 def idle_stats(queues: DataFrame, consumers: DataFrame, end_ms: int,

@@ -54,23 +54,30 @@ def when(ms: int | None) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def trend(v: float | None) -> str:
+def trend(v: float | None, status: str | None = None) -> str:
+    """The lag's slope; red (growing) or green (shrinking) only when ``status`` (the row's
+    ``drain_status``) says the trend is beyond noise, when a status is given."""
     if v is None:
         return '<span class="muted">—</span>'
     if abs(v) < 0.005:  # would print as 0.00
         return '<span class="muted">≈ 0/s</span>' if v else '<span class="muted">0/s</span>'
+    up, down = ("bad", "good") if status is None else \
+        ("bad" if status == "never" else "muted", "good" if status == "draining" else "muted")
     if v > 0:
-        return f'<span class="bad">▲ +{rate(v)}/s</span>'
+        return f'<span class="{up}">▲ +{rate(v)}/s</span>'
     if v < 0:
-        return f'<span class="good">▼ {rate(v)}/s</span>'
+        return f'<span class="{down}">▼ {rate(v)}/s</span>'
     return '<span class="muted">0/s</span>'
 
 
 def drain(status: str | None, s: float | None) -> str:
     if status == "never":
-        return '<span class="pill red">never</span>'
+        return '<span class="pill red" title="the lag grows beyond noise">never</span>'
     if status == "drained":
         return '<span class="pill green">no lag</span>'
+    if status == "steady":
+        return ('<span class="pill grey" title="the lag neither grows nor shrinks beyond noise">'
+                'steady</span>')
     if status == "unknown":
         return '<span class="muted">unknown</span>'
     return esc(duration(s))
@@ -198,7 +205,7 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
         f'({esc(duration(w["span_s"]))}) · {s["counts"]["samples"]:,} samples · '
         f'{s["counts"]["rows"]:,} rows · {s["counts"]["consumers"]:,} consumers/clientIds · '
         f'{s["counts"]["queues"]:,} queues{_gone(s["counts"].get("gone", 0))} · '
-        f'{s["counts"]["topics"]:,} topics · '
+        f'{s["counts"]["topics"]:,} topics{_internal(s.get("internal"))} · '
         f'generated {esc(s["generated_at"])}</div></header><main>',
         '<div class="cards">',
         card("Stuck queues", f"{n_stuck:,}",
@@ -207,7 +214,7 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
         card("Total lag", human_int(tot["lag"]),
              f"messages · trend {_plain_trend(tot['lag_slope'])}",
              "amber" if (tot["lag_slope"] or 0) > 0 else "blue"),
-        card("Never draining", f"{n_never:,}", "queues with lag, produced ≥ consumed",
+        card("Never draining", f"{n_never:,}", "queues whose lag grows beyond noise",
              "amber" if n_never else "green"),
         card("Idle", f"{n_idle:,}",
              f"consumers/clientIds, not seen in {esc(duration(th['idle_after_s']))}",
@@ -240,14 +247,17 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
                'lag.</p>'
                + img(charts.get("total_lag"), "total lag over time") + "</section>")
     # 3. top consumers
-    rows = [[str(r["rank"]), who(r), esc(r["mode"]), num(r["lag"]), trend(r["lag_slope"]),
+    rows = [[str(r["rank"]), who(r), esc(r["mode"]), num(r["lag"]),
+             trend(r["lag_slope"], r["drain_status"]),
              rate(r["consumption_rate"]), rate(r["production_rate"]),
              drain(r["drain_status"], r["drain_s"]), num(r["stuck_queues"])] for r in top]
     out.append(
         f'<section><h2>Top {len(top) or ""} consumers by lag</h2>'
         '<p class="hint">One panel per consumer (or clientId), each on its own scale: lag summed '
         "over its queues, its current lag and trend above it (least-squares slope over the "
-        "window: ▲ growing, ▼ shrinking). Time to drain = lag ÷ (consumption − production).</p>"
+        "window: ▲ up, ▼ down; red or green only beyond noise). Time to drain = lag ÷ "
+        "(consumption − production); never where the lag grows, steady where it neither grows "
+        "nor shrinks beyond noise.</p>"
         + img(charts.get("top_lag"), "lag over time of the top consumers")
         + (table(["#", "consumer / clientId", "mode", "lag", "trend", "consumed/s (this consumer)",
                   "produced/s (its topics)", "time to drain", "stuck"], rows, len(rows),
@@ -259,7 +269,7 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
     # 5. topics
     slowest = rates.slowest_readers(readers)
     rows = [[topic(r), num(r["partitions"]), num(r["subscriptions"]), num(r["lag"]),
-             trend(r["lag_slope"]), rate(r["production_rate"]),
+             trend(r["lag_slope"], r.get("drain_status")), rate(r["production_rate"]),
              _slowest(slowest.get((r["broker"], r["topic"]))), num(r["stuck_queues"])]
             for r in topics[:ROW_LIMIT]]
     out.append(
@@ -302,11 +312,11 @@ def page(s: Mapping[str, Any], t: Mapping[str, list[dict]],
 
 
 def _behind_card(slow: Sequence[Mapping[str, Any]], n: int) -> str:
-    """How many consumers consume slower than the topics they read are produced, and the worst:
+    """How many consumers fall behind the topics they read (their lag grows), and the worst:
     per consumer against per topic, never a sum of consumption over readers."""
     if not slow:
         return card("Behind production · per consumer", f"0<small> of {n:,}</small>",
-                    "consumers: each reads as fast as its topics get messages",
+                    "consumers: no lag grows beyond noise",
                     "green")
     worst = max(slow, key=lambda r: r["lag"] or 0)
     return card("Behind production · per consumer", f"{len(slow):,}<small> of {n:,}</small>",
@@ -336,7 +346,7 @@ def _rates_section(consumers: Sequence[Mapping[str, Any]], readers: Sequence[Map
         bad = rates.behind(r)
         rows.append([
             who(r), esc(rates.topics_text(topics_of.get((r["consumer"], r["client_id"]), []), 3)),
-            num(r["lag"]), trend(r["lag_slope"]), rate(r["consumption_rate"]),
+            num(r["lag"]), trend(r["lag_slope"], r["drain_status"]), rate(r["consumption_rate"]),
             rate(r["production_rate"]),
             "—" if q is None else f'<span class="{"bad" if bad else "good"}">{q:.0%}</span>',
             drain(r["drain_status"], r["drain_s"])])
@@ -347,8 +357,9 @@ def _rates_section(consumers: Sequence[Mapping[str, Any]], readers: Sequence[Map
         f'<section><h2>Each consumer against its topics\' production ({n_slow:,} behind)</h2>'
         '<p class="hint">Per consumer (or clientId): its consumption as a share of the production '
         "of the topics it reads; production is the topic's own figure, the same for every reader, "
-        "and consumption is never summed over readers. Red: it has lag and is slower, so its lag "
-        f"cannot shrink.{chart_note}</p>"
+        "and consumption is never summed over readers. Red: its lag grows beyond noise over the "
+        "window (a consumer that keeps up reads at about 100 %, a little over or under from one "
+        f"sample's timing to the next, and is not red).{chart_note}</p>"
         + img(png, "consumption of each consumer against the production of its topics")
         + table(["consumer / clientId", "topics", "lag", "trend", "consumed/s (this consumer)",
                  "produced/s (its topics)", "consumed ÷ produced", "time to drain"], rows, total,
@@ -372,6 +383,15 @@ def _spread(rows: Sequence[Mapping[str, Any]], total: int) -> str:
 def _day(iso: str) -> str:
     """'2024-05-01T23:30:00.000Z' -> '2024-05-01 23:30:00'."""
     return iso.replace("T", " ")[:19]
+
+
+def _internal(i: Mapping[str, Any] | None) -> str:
+    """' (internal ... left out)' in the header, unless they are included."""
+    if not i or i.get("included"):
+        return ""
+    names = ", ".join(f"{p}*" for p in (*i["topic_prefixes"], *i["consumer_prefixes"]))
+    return (f' <span title="the gateway\'s own topics and consumers ({esc(names)}); '
+            f'--include-internal shows them">(internal ones left out)</span>')
 
 
 def _gone(n: int) -> str:
@@ -407,7 +427,8 @@ span. A queue missing from the last sample (unregistered, or an expired clientId
 counts in no current figure.</dd>
 <dt>Lag</dt><dd>max offset − committed offset (at least 0), messages. Current lag = the last
 sample's.</dd>
-<dt>Trend</dt><dd>Least-squares slope of lag against time, messages/s.</dd>
+<dt>Trend</dt><dd>Least-squares slope of lag against time, messages/s. Beyond noise when its t
+statistic (slope ÷ its standard error) is at least 3, over 3 samples or more.</dd>
 <dt>Consumption rate</dt><dd>Sum of the increases of the committed offset between consecutive
 samples ÷ span. An offset reset that moves it back counts 0 (never a negative rate).</dd>
 <dt>Production rate</dt><dd>A property of the topic, the same for every reader: per partition,
@@ -415,8 +436,12 @@ the increase of its high watermark (the highest offset any sample listed for it)
 partition's span in the window; a topic's is the sum over its partitions, a consumer's the sum
 over the partitions it reads. Consumption is per consumer and never summed over readers when set
 against production.</dd>
-<dt>Time to drain</dt><dd>lag ÷ (consumption − production); never when production ≥ consumption
-and lag &gt; 0. For a consumer: its slowest queue.</dd>
+<dt>Time to drain</dt><dd>From the lag's trend, not from two noisy rates. <b>never</b>: the lag
+grows (a trend beyond noise that added more than one sample interval's production, and more
+than that is left). <b>draining</b>: it shrinks beyond noise; then lag ÷ (consumption −
+production). <b>steady</b>: neither, e.g. a consumer keeping up, caught a few messages behind
+at each sample. For a consumer or topic: never if any of its queues never drains, else its
+slowest draining queue.</dd>
 <dt>Stuck</dt><dd>Lag &gt; 0 while the committed offset stayed the same for more than {stuck},
 measured up to the last sample; or the last sample's lock age exceeds the consume timeout.</dd>
 <dt>Idle</dt><dd>No poll (<code>/message</code>, whatever it returned), lock or commit within

@@ -191,3 +191,93 @@ def generate(out_dir: str | os.PathLike[str], *, consumers: int, queues: int, sa
         files += 1
         size += path.stat().st_size
     return {"rows": rows, "files": files, "bytes": size}
+
+
+# -- a small data set shaped like a `make run` deployment (tests, bench) ---------------------------
+
+#: The delay levels of :func:`generate_dev` (topics ``mqgw.delay.<ms>ms``, 2 partitions each).
+DEV_DELAY_LEVELS = 45
+
+
+def generate_dev(out_dir: str | os.PathLike[str], *, samples: int = 86, interval_s: float = 60.0,
+                 start: dt.datetime | None = None, seed: int = 7,
+                 jitter_s: float = 0.2) -> dict[str, Any]:
+    """A deployment as a user runs it: two topics of their own and the gateway's internal ones.
+
+    - ``demo`` (6 partitions, ~1 msg/s each) read by ``demo-group``, which keeps up: it polls
+      every few seconds and commits what it got, so each sample catches a lag of a few messages
+      (what was produced since its last poll) and its consumption is production ± that noise;
+    - ``demo`` also read by ``etl``, which consumes 70 % of production: its lag really grows;
+    - ``orders`` (2 partitions, ~0.2 msg/s each) read by ``orders-svc``, keeping up, and by the
+      broadcast consumer ``cache`` (clientIds ``host-a``, ``host-b``), keeping up;
+    - the gateway's own: :data:`DEV_DELAY_LEVELS` delay-level topics ``mqgw.delay.*`` read by
+      ``_mqgw.relay`` (records wait there until due: a lag that grows and falls), and a retry
+      topic ``mqgw.retry.demo-group.demo.<digest>`` (4 partitions) read by ``demo-group``.
+
+    About 110 rows per sample (86 samples: ~9,500 rows, an hour and a half at 60 s). Returns
+    ``{"rows", "files", "bytes", "keeping_up", "growing", "internal_topics"}``.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    start_ms = to_ms(start or dt.datetime(2024, 5, 1, tzinfo=dt.UTC))
+    retry = "mqgw.retry.demo-group.demo.5f1c2a9e"
+    levels = [f"mqgw.delay.{ms}ms" for ms in range(100, 100 * (DEV_DELAY_LEVELS + 1), 100)]
+    # (consumer, client_id, topic, partitions, production msg/s per partition, behaviour)
+    readers = [("demo-group", "", "demo", 6, 1.0, "keep"), ("etl", "", "demo", 6, 1.0, "slow"),
+               ("orders-svc", "", "orders", 2, 0.2, "keep"),
+               ("cache", "host-a", "orders", 2, 0.2, "keep"),
+               ("cache", "host-b", "orders", 2, 0.2, "keep"),
+               ("demo-group", "", retry, 4, 0.02, "keep")]
+    readers += [("_mqgw.relay", "", t, 2, 0.05, "hold") for t in levels]
+    keys = [(c, k, t, str(q), rate, how) for c, k, t, n, rate, how in readers for q in range(n)]
+    n = len(keys)
+    part_of: dict[tuple[str, str], int] = {}
+    part = np.array([part_of.setdefault((t, q), len(part_of)) for _, _, t, q, _, _ in keys])
+    rate = np.zeros(len(part_of))
+    for (_, _, _, _, r, _), p in zip(keys, part, strict=True):
+        rate[p] = r
+    how = np.array([h for *_, h in keys])
+    hw = rng.integers(1000, 100_000, size=len(part_of)).astype(np.int64)
+    committed = hw[part] - rng.integers(0, 3, size=n)
+    str_cols = {
+        "consumer": pa.array([c for c, *_ in keys], pa.string()),
+        "client_id": pa.array([k for _, k, *_ in keys], pa.string()),
+        "mode": pa.array(["broadcast" if k else "cluster" for _, k, *_ in keys], pa.string()),
+        "broker": pa.array(["kafka"] * n, pa.string()),
+        "topic": pa.array([t for _, _, t, *_ in keys], pa.string()),
+        "queue": pa.array([q for _, _, _, q, *_ in keys], pa.string()),
+    }
+    out, rows, files, size = Path(out_dir), 0, 0, 0
+    for s in range(samples):
+        t_ms = start_ms + round((s * interval_s + rng.uniform(-jitter_s, jitter_s)) * 1000)
+        if s:
+            hw = hw + rng.poisson(rate * interval_s)
+        top = hw[part]
+        # keeping up: what was committed at its last poll, 0-8 s ago (a Poisson count of lag)
+        behind_by = rng.poisson(rate[part] * rng.uniform(0, 8, size=n))
+        keep = np.maximum(committed, top - behind_by)
+        slow = np.minimum(top, committed + rng.poisson(0.7 * rate[part] * interval_s))
+        # the relay holds records until due: its lag swings up and down
+        hold = np.maximum(committed, top - rng.integers(0, 40, size=n))
+        committed = np.where(how == "keep", keep, np.where(how == "slow", slow, hold)) \
+            if s else committed
+        committed = np.minimum(committed, top)
+        last = pa.array(np.full(n, t_ms - 1000, dtype=np.int64), pa.int64())
+        table = pa.Table.from_arrays(
+            [pa.array(np.full(n, t_ms, dtype=np.int64)).cast(SCHEMA.field("ts").type),
+             *str_cols.values(),
+             pa.array(top, pa.int64()), pa.array(committed, pa.int64()),
+             pa.array(np.zeros(n, dtype=np.int64), pa.int64()), pa.array(top, pa.int64()),
+             pa.nulls(n, pa.int64()), pa.array(np.full(n, 30_000, dtype=np.int64), pa.int64()),
+             last, pa.array(np.zeros(n, dtype=bool)), pa.array(np.ones(n, dtype=bool)),
+             pa.nulls(n, pa.float64()), pa.nulls(n, pa.float64()), last],
+            schema=SCHEMA)
+        path = write_sample(table, out, t_ms, tag=f"dev{seed}")
+        rows += n
+        files += 1
+        size += path.stat().st_size
+    return {"rows": rows, "files": files, "bytes": size,
+            "keeping_up": [("demo-group", ""), ("orders-svc", ""), ("cache", "host-a"),
+                           ("cache", "host-b")],
+            "growing": [("etl", "")], "internal_topics": len(levels) + 1}

@@ -7,6 +7,8 @@ Nothing outside this package touches a Redis client. Modules, one job each:
   produce check), watermarks, consumer settings and views; it owns the client;
 - ``registry.py``: registry records (consumer config hashes and name sets, producers, API keys
   and their grants), as ``store.registry``;
+- ``registry_copy.py``: the registry read and written back as entities, for its durable copy in
+  the broker, as ``store.registry_copy``;
 - ``alerts.py``: the backlog-alert lease, lock and state, as ``store.alerts``;
 - ``delay.py``: the relay's settle, delayed records' cancel/delivered marks and relay wake-ups,
   as ``store.delay``;
@@ -38,6 +40,7 @@ from .offsets import (
 )
 from .queues import QueueState, parse_queue_hash
 from .registry import RegistryStore
+from .registry_copy import Entity, RegistryCopyStore, entity_key
 from .scan import QueueHash, Sample, Scanner, ScanStats, lua_number
 from .views import ConsumerRead
 
@@ -48,10 +51,11 @@ __all__ = [
     "AckResult",
     "AlertKey",
     "AlertStore",
+    "CancelOutcome",
     "ConsumerRead",
     "Credential",
-    "CancelOutcome",
     "DelayStore",
+    "Entity",
     "KeyLayout",
     "Lock",
     "NeedsRestore",
@@ -62,6 +66,7 @@ __all__ = [
     "QueueState",
     "RateLimited",
     "Refused",
+    "RegistryCopyStore",
     "RegistryKey",
     "RegistryStore",
     "Sample",
@@ -71,6 +76,7 @@ __all__ = [
     "UnlockOutcome",
     "UnlockResult",
     "connect",
+    "entity_key",
     "glob_escape",
     "lua_number",
     "now_ms",

@@ -7,6 +7,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.typing import EncodableT
 
 #: Unreachable, failing over, loading, read-only replica, cluster down, full (``maxmemory`` with
@@ -38,17 +40,43 @@ def connect(url: str, max_connections: int = MAX_CONNECTIONS, pool_timeout_s: fl
     (a waiting long poll holds none), so a few dozen serve thousands of requests; Redis answers
     one command at a time anyway.
 
+    A command whose pooled connection turns out dead is sent once more on a new connection
+    (:func:`reconnect_once`): after Redis restarts, every connection in the pool is. Without it,
+    each request that drew one answered 503 (8 of 8 concurrent commands right after a restart;
+    tests/test_redis_restart.py). A pool made here gets no retry policy from redis-py's client
+    (its default of 10 retries applies only to a pool the client makes itself).
+
     Redis Cluster: redis-py's cluster client keeps a pool per node with no blocking variant and
-    no bound by default; it is left so (a bound there would fail at once, not wait).
+    no bound by default; it is left so (a bound there would fail at once, not wait), as are its
+    own retries.
     """
     if url.startswith("redis+cluster://"):
         from redis.asyncio.cluster import RedisCluster
 
         return RedisCluster.from_url("redis://" + url[len("redis+cluster://"):], **kw)  # type: ignore[return-value]
     kw.setdefault("health_check_interval", 30)
+    kw.setdefault("retry", reconnect_once())
     pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=max_connections,
                                                     timeout=pool_timeout_s, **kw)
     return aioredis.Redis.from_pool(pool)
+
+
+def reconnect_once() -> Retry:
+    """On a ConnectionError, reconnect and send the command once more, at once.
+
+    Once only, and on nothing else (not on a timeout): while Redis is down the second try fails
+    at connect and the request answers 503 without waiting, and a command that Redis may have run
+    (a reply lost to a timeout) is not run again. A connection that dies between a command and its
+    reply can still run it twice, as any client retry can; the scripts bear that (a repeated ack
+    answers ``already_committed``; the lock of a choose whose reply was lost expires like a
+    crashed client's)."""
+    return Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,))
+
+
+def database(client: aioredis.Redis) -> int:
+    """The database number ``client`` works in (0 on Redis Cluster, which has only that one)."""
+    pool = getattr(client, "connection_pool", None)
+    return int(pool.connection_kwargs.get("db") or 0) if pool is not None else 0
 
 
 def text(v: bytes | str | int | float) -> str:

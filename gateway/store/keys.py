@@ -8,9 +8,9 @@ state each have a slot of their own.
 ==========================  ======  =====================================================
 ``P:{G}:q``                 hash    cluster-mode queues: ``topic:queue:max|com|lock|tok|acc|addr``
                                     (and ``rtok``, the last reset's token; ``ckp``, the offset
-                                    last checkpointed to the broker), plus ``poll``, and
-                                    ``topic:ckpt`` once the broker's checkpoint was consulted
-                                    for that topic (core/checkpoint.py)
+                                    last checkpointed to the broker; ``rdl``, batches below it
+                                    are redeliveries after a restore: core/checkpoint.py),
+                                    plus ``poll``
 ``P:{G}:q:<clientId>``      hash    the same, one per broadcast clientId (expires when idle)
 ``P:{G}:clients``           zset    broadcast clientIds scored by last-seen time (ms)
 ``P:{G}:cfg``               hash    the consumer's registration and settings (core/registry.py)
@@ -24,8 +24,13 @@ state each have a slot of their own.
 ``P:{reg}:producers``       hash    producer name -> JSON registration (topics)
 ``P:{reg}:keys``            hash    API key id -> JSON record (sha256, name, grants)
 ``P:{reg}:version``         string  bumped by every key or producer write (store/changes.py)
-``P:{reg}:changed``         channel that version, published to every gateway process
+``P:{reg}:changed:db<N>``   channel that version, published to every gateway process (``N``: the
+                                    Redis database, see :attr:`KeyLayout.db`)
 ``P:{reg}:acks:<version>``  set     processes that dropped their cached produce verdicts for it
+``P:{reg}:copied``          string  this Redis holds the registry (restored from, or copied to,
+                                    its durable copy in the broker: core/registry_copy.py);
+                                    missing after a loss, which starts a restore
+``P:{reg}:copy_lock``       string  the node restoring the registry (``SET NX PX``)
 ``P:{alerts}:state``        hash    consumer -> JSON alert state (consumers with thresholds)
 ``P:{alerts}:gauges``       hash    consumer -> JSON ``{totalBacklog, oldestAgeMs}`` (all)
 ``P:{alerts}:evaluated``    string  time of the last alert evaluation (ms)
@@ -36,7 +41,7 @@ state each have a slot of their own.
                                     ``delay_mark_retention_ms`` after its due time (``d``,
                                     delivered, only from a relay whose clock runs ahead of
                                     Redis' by over ``delay_cancel_cutoff_ms``; until the due time)
-``P:{delay}:poke``          channel a level topic that was written to (wakes relays at once)
+``P:{delay}:poke:db<N>``    channel a level topic that was written to (wakes relays at once)
 ==========================  ======  =====================================================
 
 Field names are ``topic:queue:attr`` and the scripts take skip lists as ``,q1,q2,``, so a
@@ -53,9 +58,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 #: The attributes of one queue in a consumer's queue hash (``topic:queue:<attr>``).
-QUEUE_FIELDS = ("max", "com", "lock", "tok", "acc", "addr", "ckp")
+QUEUE_FIELDS = ("max", "com", "lock", "tok", "acc", "addr", "ckp", "rdl")
 #: Registry keys (``P:{reg}:<what>``) and alert keys (``P:{alerts}:<what>``).
-RegistryKey = Literal["consumers", "seen_at", "producers", "keys", "version", "changed"]
+RegistryKey = Literal["consumers", "seen_at", "producers", "keys", "version", "copied",
+                      "copy_lock"]
 AlertKey = Literal["state", "gauges", "evaluated", "lease", "lock"]
 
 
@@ -72,9 +78,14 @@ def queue_field(topic: str, queue: str, attr: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KeyLayout:
-    """The key names under one prefix."""
+    """The key and channel names under one prefix, in one Redis database."""
 
     prefix: str = "mqgw"
+    #: The Redis database number (``/N`` in ``redis_url``; always 0 on Redis Cluster). Keys live
+    #: in their database, but pub/sub channels are server-wide: channel names carry the number,
+    #: so deployments sharing a server and a prefix in different databases never hear each
+    #: other's notices (nor acknowledge them).
+    db: int = 0
     _queue_key: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -114,7 +125,8 @@ class KeyLayout:
         return f"{self.prefix}:{{delay}}:m:{delay_id}"
 
     def delay_poke(self) -> str:
-        return f"{self.prefix}:{{delay}}:poke"
+        """A channel: like every channel name, scoped by the database too (see :attr:`db`)."""
+        return f"{self.prefix}:{{delay}}:poke:db{self.db}"
 
     def registry(self, what: RegistryKey) -> str:
         """``consumers``, ``seen_at``, ``producers`` or ``keys``: one slot for the whole registry."""
@@ -122,6 +134,10 @@ class KeyLayout:
 
     def registry_acks(self, version: int) -> str:
         return f"{self.prefix}:{{reg}}:acks:{version}"
+
+    def registry_changed(self) -> str:
+        """A channel: like every channel name, scoped by the database too (see :attr:`db`)."""
+        return f"{self.prefix}:{{reg}}:changed:db{self.db}"
 
     def alert(self, what: AlertKey) -> str:
         """``state``, ``gauges``, ``evaluated``, ``lease`` or ``lock``: all alert keys share one

@@ -21,11 +21,12 @@ from redis.asyncio import Redis
 
 from . import scripts
 from .alerts import AlertStore
-from .connect import MAX_CONNECTIONS, POOL_TIMEOUT_S, connect, fields, text, text_dict
+from .connect import MAX_CONNECTIONS, POOL_TIMEOUT_S, connect, database, fields, text, text_dict
 from .delay import DelayStore
 from .keys import KeyLayout, queue_field
 from .queues import QueueState, parse_queue_hash
 from .registry import RegistryStore
+from .registry_copy import RegistryCopyStore
 from .views import ConsumerRead, read_consumers
 
 
@@ -57,6 +58,9 @@ class Lock:
     timeout_ms: int
     allowance: int  # records this batch may hold: the request, the consumer's cap, the rate limit
     charged: bool = False  # the rate-limit bucket paid for `allowance`: refund what is not read
+    #: Records below this offset may have been delivered before Redis lost the queue (its
+    #: offsets were restored from the broker's checkpoint): a batch below it is a redelivery.
+    redeliver_below: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +92,10 @@ class Paused:
 
 @dataclass(frozen=True, slots=True)
 class NeedsRestore:
-    """A queue has no committed offset and the broker's checkpoint was not consulted for this
-    topic yet: :meth:`OffsetStore.restore` it, then choose again."""
+    """A queue has no committed offset: :meth:`OffsetStore.restore` the topic's queues (from the
+    broker's checkpoint, or at ``start`` written there first), then choose again."""
+
+    start: str  # the consumer's start position for this topic: 'earliest' | 'latest'
 
 
 class AckOutcome(str, Enum):
@@ -128,7 +134,7 @@ class OffsetStore:
     def __init__(self, redis: Redis, prefix: str = "mqgw") -> None:
         self.redis = redis  # for this package (and tests that inspect Redis); nobody else
         self.prefix = prefix
-        self.layout = KeyLayout(prefix)
+        self.layout = KeyLayout(prefix, database(redis))  # channel names carry the database
         self._choose = scripts.register(redis, "choose")
         self._ack = scripts.register(redis, "ack")
         self._unlock = scripts.register(redis, "unlock")
@@ -139,6 +145,7 @@ class OffsetStore:
         self._refund = scripts.register(redis, "refund")
         self._restore = scripts.register(redis, "restore")
         self.registry = RegistryStore(redis, self.layout)
+        self.registry_copy = RegistryCopyStore(redis, self.layout, self.registry.changes)
         self.alerts = AlertStore(redis, self.layout)
         self.delay = DelayStore(redis, self.layout)
 
@@ -190,9 +197,9 @@ class OffsetStore:
     ) -> Lock | NoQueue | Paused | Refused | RateLimited | NeedsRestore:
         """Check the caller, then lock the free queue with the largest backlog (ties: least
         recently used). ``credential`` None means auth is off. ``restore``: a cluster-mode
-        queue with no committed offset answers :class:`NeedsRestore` until the checkpoint
-        was consulted for the topic. ``registered_as``: the topic a registration must name, when
-        ``topic`` is the consumer's retry topic for it."""
+        queue with no committed offset answers :class:`NeedsRestore` (never given one here).
+        ``registered_as``: the topic a registration must name, when ``topic`` is the
+        consumer's retry topic for it."""
         cred = credential or NO_CREDENTIAL
         args: list[Any] = [topic, now or now_ms(), default_timeout_ms, default_start, address,
                            client_id, client_idle_ms, f",{','.join(skip)}," if skip else "",
@@ -206,7 +213,7 @@ class OffsetStore:
         kind = int(r[0])
         if kind == 1:
             return Lock(text(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
-                        bool(int(r[8])))
+                        bool(int(r[8])), int(r[9]))
         if kind == 0:
             return NoQueue(int(r[1]))
         if kind == 2:
@@ -214,16 +221,19 @@ class OffsetStore:
         if kind == 3:
             return Refused(text(r[1]))
         if kind == 5:
-            return NeedsRestore()
+            return NeedsRestore(text(r[1]))
         return RateLimited(int(r[1]))
 
     # -- offset checkpoints in the broker (core/checkpoint.py) ----------------------------------
-    async def restore(self, group: str, topic: str, offsets: dict[str, int]) -> int:
-        """Seed the cluster-mode queues of ``topic`` that have no committed offset from the
-        broker's checkpoint, and mark the checkpoint consulted; how many were seeded."""
-        args: list[Any] = [topic, now_ms()]
+    async def restore(self, group: str, topic: str, offsets: dict[str, int],
+                      redeliver_below: dict[str, int] | None = None) -> int:
+        """Seed the cluster-mode queues of ``topic`` that have no committed offset with the
+        positions the broker's checkpoint holds (``redeliver_below``: per queue, batches below
+        this offset are flagged redelivered); how many were seeded."""
+        below = redeliver_below or {}
+        args: list[Any] = [topic]
         for q, off in offsets.items():
-            args += (q, off)
+            args += (q, off, below.get(q, 0))
         return int(await self._restore(keys=[self.queues_key(group)], args=args))
 
     async def mark_checkpointed(self, group: str, topic: str, offsets: dict[str, int]) -> None:
@@ -325,6 +335,7 @@ class OffsetStore:
     async def set_config(self, group: str, values: dict[str, str | int]) -> None:
         if values:
             await self.redis.hset(self.config_key(group), mapping=fields(values))
+            await self.registry.wrote("consumer", group)
 
     async def queue_states(self, group: str, client_id: str = "") -> list[QueueState]:
         raw = await self.redis.hgetall(self.queues_key(group, client_id))

@@ -8,6 +8,7 @@ records too (``topics``; ``sha256``, ``producers``).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import orjson
@@ -24,6 +25,14 @@ class RegistryStore:
         self._keys = layout
         #: Notices of key and producer writes to every process (they cache produce verdicts).
         self.changes = RegistryChanges(redis, layout)
+        #: Told of every write, with the entity written (``consumer``, ``producer`` or ``key``,
+        #: and its name), once Redis has it: the registry's durable copy
+        #: (core/registry_copy.py) sends the entity to the broker.
+        self.journal: Callable[[str, str], Awaitable[None]] | None = None
+
+    async def wrote(self, kind: str, name: str) -> None:
+        if self.journal is not None:
+            await self.journal(kind, name)
 
     # -- consumers ---------------------------------------------------------------------------
     async def config(self, group: str) -> dict[str, str]:
@@ -37,6 +46,7 @@ class RegistryStore:
             pipe.delete(key)
             pipe.hset(key, mapping=fields(values))
             await pipe.execute()
+        await self.wrote("consumer", group)
 
     async def update_config(self, group: str, sets: dict[str, str], deletes: list[str]) -> None:
         """Set and delete config fields at once (MULTI)."""
@@ -47,14 +57,30 @@ class RegistryStore:
             if sets:
                 pipe.hset(key, mapping=fields(sets))
             await pipe.execute()
+        await self.wrote("consumer", group)
 
     async def add_registered(self, group: str) -> None:
         await self._redis.sadd(self._keys.registry("consumers"), group)
+        await self.wrote("consumer", group)
 
     async def mark_seen(self, group: str, now_ms: int) -> None:
         """List a consumer that fetched, or got settings without a registration, for the
         all-consumer views and alert thresholds, with the time it was last seen."""
         await self._redis.zadd(self._keys.registry("seen_at"), {group: now_ms})
+
+    async def known(self, group: str, client_id: str = "") -> bool:
+        """Whether the consumer (or its broadcast ``client_id``) left any trace: settings,
+        offsets, clientIds, or an entry among the names seen. One round trip per slot."""
+        k = self._keys
+        if client_id:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.exists(k.queues(group, client_id))
+                pipe.zscore(k.clients(group), client_id)
+                n, score = await pipe.execute()
+            return bool(n) or score is not None
+        # the consumer's keys share its slot; the seen-names zset is the registry's
+        n = await self._redis.exists(k.config(group), k.queues(group), k.clients(group))
+        return bool(n) or await self._redis.zscore(k.registry("seen_at"), group) is not None
 
     async def consumer_names(self, seen_since_ms: int, seen_limit: int) -> tuple[set[str], dict[str, int]]:
         """(registered names, {seen name: last seen ms}): the seen ones since ``seen_since_ms``,
@@ -88,6 +114,7 @@ class RegistryStore:
                 keys.add(text(key))
             for key in keys:
                 deleted += await r.delete(key)
+        await self.wrote("consumer", group)
         return existed, deleted
 
     # -- producers ---------------------------------------------------------------------------
@@ -98,6 +125,7 @@ class RegistryStore:
     async def put_producer(self, name: str, record: dict[str, Any]) -> None:
         await self._redis.hset(self._keys.registry("producers"), name, orjson.dumps(record))
         await self.changes.announce()
+        await self.wrote("producer", name)
 
     async def producers(self) -> list[dict[str, Any]]:
         raw = await self._redis.hgetall(self._keys.registry("producers"))
@@ -106,6 +134,7 @@ class RegistryStore:
     async def delete_producer(self, name: str) -> bool:
         deleted = bool(await self._redis.hdel(self._keys.registry("producers"), name))
         await self.changes.announce()
+        await self.wrote("producer", name)
         return deleted
 
     # -- API keys ----------------------------------------------------------------------------
@@ -120,17 +149,21 @@ class RegistryStore:
     async def put_key(self, key_id: str, record: dict[str, Any]) -> None:
         await self._redis.hset(self._keys.registry("keys"), key_id, orjson.dumps(record))
         await self.changes.announce()
+        await self.wrote("key", key_id)
 
     async def delete_key(self, key_id: str) -> None:
         await self._redis.hdel(self._keys.registry("keys"), key_id)
         await self.changes.announce()
+        await self.wrote("key", key_id)
 
     async def grant(self, key_id: str, sha256: str, consumers: list[str]) -> None:
         """Copy the key's digest into each consumer's grants hash (read by the consume scripts,
         in the consumer's own slot)."""
         for g in consumers:
             await self._redis.hset(self._keys.grants(g), key_id, sha256)
+            await self.wrote("consumer", g)
 
     async def revoke_grants(self, key_id: str, consumers: list[str]) -> None:
         for g in consumers:
             await self._redis.hdel(self._keys.grants(g), key_id)
+            await self.wrote("consumer", g)

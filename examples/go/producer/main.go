@@ -7,6 +7,11 @@
 // {"error":{...}} for a record the broker refused), and exits 1 if any record failed.
 // Environment: MQGW_URL (default http://127.0.0.1:8080), MQGW_API_KEY (sent as a bearer token),
 // MQGW_PRODUCER (the producer name, needed when a key is bound to several). Standard library only.
+//
+// A gateway that cannot be reached (not started yet, restarting, a network error) or answers
+// 502/503/504 is retried until it answers, with capped exponential backoff: 0.5 s, 1 s, 2 s, ...
+// up to 10 s between tries, each wait jittered (a random 50-100 %) so that many producers do not
+// come back in step; a Retry-After longer than that is honoured. Each retry says why on stderr.
 package main
 
 import (
@@ -15,13 +20,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand"
 	"net/http"
 	"os"
 	"strconv"
 	"time"
 )
 
-const batchSize = 100
+const (
+	batchSize  = 100
+	firstRetry = 500 * time.Millisecond
+	maxRetry   = 10 * time.Second
+)
 
 var client = &http.Client{Timeout: 30 * time.Second}
 
@@ -35,43 +45,64 @@ type request struct {
 	Messages []record `json:"messages"`
 }
 
-// produce sends one batch. A 503 is retried after its Retry-After: a resend may write a record
-// twice, which an at-least-once consumer must tolerate anyway.
+// post sends until the gateway gives an answer that is not "try again" (see the top), and
+// returns its status and body. A resend may write a record twice (the first try may have been
+// written before the connection broke), which an at-least-once consumer must tolerate anyway.
+func post(path string, data []byte) (int, []byte) {
+	for backoff := firstRetry; ; backoff *= 2 {
+		if backoff > maxRetry {
+			backoff = maxRetry
+		}
+		var wait time.Duration
+		var why string
+		httpReq, _ := http.NewRequest(http.MethodPost, baseURL()+path, bytes.NewReader(data))
+		httpReq.Header.Set("Content-Type", "application/json")
+		if key := os.Getenv("MQGW_API_KEY"); key != "" {
+			httpReq.Header.Set("Authorization", "Bearer "+key)
+		}
+		r, err := client.Do(httpReq)
+		if err != nil { // refused, reset, timed out, no such host
+			why = fmt.Sprintf("gateway unreachable at %s (%v)", baseURL(), err)
+		} else {
+			body, err := io.ReadAll(r.Body)
+			r.Body.Close()
+			switch {
+			case err != nil:
+				why = fmt.Sprintf("gateway unreachable at %s (%v)", baseURL(), err)
+			case r.StatusCode != http.StatusBadGateway && r.StatusCode != http.StatusServiceUnavailable &&
+				r.StatusCode != http.StatusGatewayTimeout:
+				return r.StatusCode, body
+			default:
+				if seconds, err := strconv.Atoi(r.Header.Get("Retry-After")); err == nil {
+					wait = time.Duration(seconds) * time.Second
+				}
+				why = fmt.Sprintf("gateway answered %d", r.StatusCode)
+			}
+		}
+		if jittered := time.Duration(float64(backoff) * (0.5 + rand.Float64()/2)); jittered > wait {
+			wait = jittered
+		}
+		fmt.Fprintf(os.Stderr, "producer: %s; retrying in %.1f s\n", why, wait.Seconds())
+		time.Sleep(wait)
+	}
+}
+
+// produce sends one batch, retried while the gateway is away (post).
 func produce(topic string, values []string) ([]json.RawMessage, error) {
 	req := request{Topic: topic, Producer: os.Getenv("MQGW_PRODUCER")}
 	for _, v := range values {
 		req.Messages = append(req.Messages, record{Value: v})
 	}
 	data, _ := json.Marshal(req)
-	for attempt := 1; ; attempt++ {
-		httpReq, _ := http.NewRequest(http.MethodPost, baseURL()+"/produce", bytes.NewReader(data))
-		httpReq.Header.Set("Content-Type", "application/json")
-		if key := os.Getenv("MQGW_API_KEY"); key != "" {
-			httpReq.Header.Set("Authorization", "Bearer "+key)
-		}
-		r, err := client.Do(httpReq)
-		if err != nil {
-			return nil, err
-		}
-		body, _ := io.ReadAll(r.Body)
-		r.Body.Close()
-		if r.StatusCode == http.StatusServiceUnavailable && attempt < 5 {
-			seconds, err := strconv.Atoi(r.Header.Get("Retry-After"))
-			if err != nil {
-				seconds = 1
-			}
-			time.Sleep(time.Duration(seconds) * time.Second)
-			continue
-		}
-		if r.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("produce: %d %s", r.StatusCode, body)
-		}
-		var answer struct {
-			Results []json.RawMessage `json:"results"`
-		}
-		err = json.Unmarshal(body, &answer)
-		return answer.Results, err
+	status, body := post("/produce", data)
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("produce: %d %s", status, body)
 	}
+	var answer struct {
+		Results []json.RawMessage `json:"results"`
+	}
+	err := json.Unmarshal(body, &answer)
+	return answer.Results, err
 }
 
 func baseURL() string {

@@ -13,6 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import (
@@ -31,10 +32,16 @@ from ..base import (
     FetchResult,
     OutgoingMessage,
     ProduceResult,
+    QueueInfo,
     Skipped,
     SkipReason,
+    TopicExists,
+    TopicInfo,
+    TopicRefused,
     UnknownTopic,
 )
+from ..partitioner import LIBRDKAFKA_PARTITIONER
+from . import clientlog
 from .fetch import UNKNOWN_CODES, FetchPool, RawRead
 
 _UNKNOWN = UNKNOWN_CODES
@@ -53,11 +60,65 @@ _COORDINATOR_RETRY_S = (0.1, 0.3, 0.6, 1.0, 2.0, 2.0, 2.0)
 _COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                        KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT,
                        KafkaError.REQUEST_TIMED_OUT}
-#: Checkpoint-group consumers kept open per process (least recently used closed first).
-_GROUP_CONSUMERS = 16
+#: Kafka's own topics (__consumer_offsets, __transaction_state, __share_group_state, ...) are
+#: named so; the admin API lists them only when asked.
+_INTERNAL_PREFIX = "__"
+#: A topic that keeps the last record of each key and deletes nothing else (the registry's copy).
+_COMPACTED = {"cleanup.policy": "compact", "retention.ms": "-1"}
+#: CreateTopics errors that a retry cannot cure: the request itself is refused (TopicRefused).
+_CREATE_REFUSALS = {
+    KafkaError.TOPIC_EXCEPTION: "invalid_topic",  # InvalidTopicException, e.g. a collision
+    KafkaError.INVALID_PARTITIONS: "invalid_partitions",
+    KafkaError.INVALID_REPLICATION_FACTOR: "invalid_replication_factor",
+    KafkaError.INVALID_REPLICA_ASSIGNMENT: "invalid_replication_factor",
+    KafkaError.POLICY_VIOLATION: "policy_violation",
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "not_authorized",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "not_authorized",
+}
+#: librdkafka settings of every client (producers, admin, consumers) for while the brokers are
+#: unreachable; the operator's ``kafka_config`` comes after them and may override them. Measured
+#: on an idle worker pointed at a closed port (librdkafka 2.16, tests/test_broker_down.py), with
+#: librdkafka's defaults: ~350 new threads and ~300 failed connects per second, 20 % of a core.
+#: - ``metadata.recovery.strategy``: ``rebootstrap`` (the default since librdkafka 2.10) starts
+#:   a re-bootstrap at every failed connect while all brokers are down, and each one replaces the
+#:   bootstrap brokers and their threads (librdkafka issues 5088, 5546): ~20 threads a second
+#:   per client. ``none`` keeps retrying the bootstrap and known brokers, whose names are
+#:   resolved again at each connect, as librdkafka did before 2.10.
+#: - ``reconnect.backoff.ms``: a consumer (Python's always has a group) looks for its group
+#:   coordinator every ``reconnect.backoff.ms / 2`` (at most 1 s) whatever the per-broker
+#:   backoff: 20 connects/s per client at the default 100 ms, 2/s at 1,000. It is also the first
+#:   pause before reconnecting to a broker that dropped a connection (doubling up to
+#:   ``reconnect.backoff.max.ms``, 10 s).
+#: With both: no new threads, ~30 failed connects/s, ~2 % of a core.
+BROKER_DOWN: dict[str, str | int] = {"metadata.recovery.strategy": "none",
+                                     "reconnect.backoff.ms": 1000}
+#: Checkpoint-group consumers kept open per process (least recently used closed first). A round
+#: over more groups than this makes and closes consumers: 100 moved consumers cost 407 ms of CPU
+#: a round with 16 kept, 92 ms with all kept; 64 kept cost ~4 threads and ~0.4 MB each
+#: (bench/checkpoint_cost.py, BENCHMARKS.md).
+_GROUP_CONSUMERS = 64
+#: Threads for checkpoint-group calls, apart from the pool that produce and fetch use: a herd of
+#: first polls (hundreds of new consumers, each restoring its offsets) once held every thread of
+#: the shared pool in group calls, behind one process-wide lock, and stalled /produce 4.5-18.6 s.
+_GROUP_THREADS = 4
 #: Produce requests with at most this many messages go through a producer with a shorter linger.
 _SMALL_PRODUCE = 8
 
+
+
+@dataclass(slots=True)
+class _GroupClient:
+    """A checkpoint group's consumer, used by one thread at a time."""
+
+    consumer: Consumer
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False
+
+    def close(self) -> None:
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                self.consumer.close()
 
 class KafkaBroker(Broker):
     """Kafka's offset rules live here: retention, compaction and transaction-marker holes, and
@@ -72,8 +133,10 @@ class KafkaBroker(Broker):
         #: Replication factor of the topics the gateway creates (-1: the broker's default).
         self._replication = replication
         self._gap_recheck_s = gap_recheck_ms / 1000
-        self._common: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap,
-                                                              **(extra or {})}
+        # Every client is built from these; "logger": librdkafka's lines join the JSON log
+        # (clientlog.py), never stderr.
+        self._common: dict[str, Any] = {"bootstrap.servers": bootstrap, **BROKER_DOWN,
+                                        **(extra or {}), "logger": clientlog.LOGGER}
         self._pool_size = pool_size
         self._max_batch = max_batch
         self._produce_timeout_ms = produce_timeout_ms
@@ -83,13 +146,18 @@ class KafkaBroker(Broker):
         self._executor = ThreadPoolExecutor(max_workers=pool_size + 2, thread_name_prefix="kafka")
         self._topics: dict[str, tuple[float, list[int]]] = {}
         self._running = False
-        self._groups: OrderedDict[str, Consumer] = OrderedDict()  # checkpoint groups, LRU
-        self._groups_lock = threading.Lock()
+        self._groups: OrderedDict[str, _GroupClient] = OrderedDict()  # checkpoint groups, LRU
+        self._groups_lock = threading.Lock()  # the dict only; each client has a lock of its own
+        self._group_executor = ThreadPoolExecutor(max_workers=_GROUP_THREADS,
+                                                  thread_name_prefix="kafka-groups")
         self._produced: set[tuple[int, str]] = set()  # (producer, topic) metadata asked for
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         producer_conf = {
+            # Keys land where Java clients put them (partitioner.py); before the common settings,
+            # so that MQGW_KAFKA_CONFIG=partitioner=... can still choose another rule.
+            "partitioner": LIBRDKAFKA_PARTITIONER,
             **self._common,
             "acks": "all",
             "enable.idempotence": True,
@@ -146,8 +214,12 @@ class KafkaBroker(Broker):
         }
 
     def _poll_loop(self, producer: Producer) -> None:
+        # Clients nothing else polls: their log lines wait in their queue for a poll (clientlog.py).
+        quiet = (self._admin, self._meta) if producer is self._producer else ()
         while self._running:
             producer.poll(0.05)
+            for client in quiet:
+                client.poll(0)
 
     async def close(self) -> None:
         if not self._running:
@@ -160,10 +232,12 @@ class KafkaBroker(Broker):
         self._pool.close()
         self._meta.close()
         with self._groups_lock:
-            for c in self._groups.values():
-                c.close()
+            clients = list(self._groups.values())
             self._groups.clear()
+        for c in clients:
+            c.close()
         self._executor.shutdown(wait=False)
+        self._group_executor.shutdown(wait=False)
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -211,7 +285,8 @@ class KafkaBroker(Broker):
         found: set[str] = await self._run(names)
         return found
 
-    async def ensure_topics(self, topics: dict[str, int], timeout_s: float = 30.0) -> None:
+    async def ensure_topics(self, topics: dict[str, int], timeout_s: float = 30.0,
+                            compacted: bool = False) -> None:
         """CreateTopics with the broker's default replication factor (-1, KIP-464), then wait
         until ListOffsets answers for every partition: Apache Kafka lists a new topic's
         partitions before their leaders serve them (see devstack.create_topic)."""
@@ -224,7 +299,8 @@ class KafkaBroker(Broker):
         if missing:
             def create() -> None:
                 futures = self._admin.create_topics(
-                    [NewTopic(t, n, self._replication) for t, n in missing.items()],
+                    [NewTopic(t, n, self._replication, config=_COMPACTED if compacted else {})
+                     for t, n in missing.items()],
                     request_timeout=timeout_s)
                 for f in futures.values():
                     try:
@@ -243,6 +319,100 @@ class KafkaBroker(Broker):
                     if time.monotonic() > deadline:
                         raise BrokerUnavailable(f"topic {topic} is not served yet") from None
                     await asyncio.sleep(0.1)
+
+    # -- topic administration ------------------------------------------------------------
+    async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
+        """One metadata request, then ListOffsets for every partition of those topics at once
+        (twice: earliest and latest). A partition whose leader is moving is asked again after
+        the pauses of :data:`_LEADER_RETRY_S`, then listed with -1 watermarks: one partition
+        must not fail a listing of thousands."""
+        def metadata() -> dict[str, Any]:
+            try:
+                if names is None:  # the admin client: see topics() on why not the metadata one
+                    return dict(self._admin.list_topics(timeout=10).topics)
+                # One topic at a time through the metadata consumer, which never asks the broker
+                # to auto-create a topic it names (allow.auto.create.topics=false).
+                return {t: self._meta.list_topics(t, timeout=5).topics.get(t) for t in names}
+            except KafkaException as e:
+                raise BrokerUnavailable(str(e)) from None
+        found = await self._run(metadata)
+        topics: dict[str, list[Any]] = {}
+        for t in (names if names is not None else sorted(found)):
+            tm = found.get(t)
+            if tm is None or (tm.error is not None and tm.error.code() in _UNKNOWN) \
+                    or not tm.partitions:
+                if names is not None:
+                    raise UnknownTopic(t)
+                continue
+            topics[t] = [tm.partitions[p] for p in sorted(tm.partitions)]
+        offsets = await self._all_watermarks(
+            [TopicPartition(t, pm.id) for t, pms in topics.items() for pm in pms])
+        return [TopicInfo(t, tuple(
+            QueueInfo(str(pm.id), *offsets.get((t, pm.id), (-1, -1)), pm.leader,
+                      tuple(pm.replicas), tuple(pm.isrs)) for pm in pms),
+            internal=t.startswith(_INTERNAL_PREFIX)) for t, pms in topics.items()]
+
+    async def _all_watermarks(self, tps: list[TopicPartition]) -> dict[tuple[str, int], tuple[int, int]]:
+        """(low, high) of each partition that answered; the others are asked again a few
+        times (with fresh admin metadata) and then left out."""
+        out: dict[tuple[str, int], tuple[int, int]] = {}
+        todo = tps
+        for delay in (*_LEADER_RETRY_S, None):
+            if not todo:
+                break
+            earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            try:
+                lo_f = self._admin.list_offsets({tp: earliest for tp in todo}, request_timeout=10)
+                hi_f = self._admin.list_offsets({tp: latest for tp in todo}, request_timeout=10)
+            except KafkaException as e:
+                raise BrokerUnavailable(str(e)) from None
+            failed: list[TopicPartition] = []
+            for tp in todo:
+                try:
+                    lo = (await asyncio.wrap_future(lo_f[tp])).offset
+                    hi = (await asyncio.wrap_future(hi_f[tp])).offset
+                except KafkaException:
+                    failed.append(tp)
+                    continue
+                out[(tp.topic, tp.partition)] = (max(lo, 0), max(hi, 0))
+            todo = failed
+            if todo and delay is not None:
+                for t in {tp.topic for tp in todo}:
+                    await self._run(self._refresh_admin_metadata, t)
+                await asyncio.sleep(delay)
+        return out
+
+    async def create_topic(self, name: str, queues: int, replication: int | None = None,
+                           timeout_s: float = 30.0) -> None:
+        """CreateTopics (replication -1: the broker's ``default.replication.factor``, KIP-464),
+        then wait until every partition answers ListOffsets, as :meth:`ensure_topics` does."""
+        def create() -> None:
+            new = NewTopic(name, queues, -1 if replication is None else replication)
+            future = self._admin.create_topics([new], request_timeout=timeout_s)[name]
+            try:
+                future.result(timeout_s)
+            except KafkaException as e:
+                err = e.args[0]
+                if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise TopicExists(name) from None
+                refused = _CREATE_REFUSALS.get(err.code())
+                if refused is not None:
+                    raise TopicRefused(refused, err.str()) from None
+                raise BrokerUnavailable(f"creating topic {name}: {e}") from None
+        await self._run(create)
+        self._topics.pop(name, None)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                served = await self._all_watermarks(
+                    [TopicPartition(name, p) for p in await self._partitions(name, fresh=True)])
+                if len(served) >= queues:
+                    return
+            except (UnknownTopic, BrokerUnavailable):
+                pass
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"topic {name} was created but is not served yet")
+            await asyncio.sleep(0.1)
 
     async def watermarks(self, topic: str) -> dict[str, tuple[int, int]]:
         parts = await self._partitions(topic, fresh=True)
@@ -319,46 +489,59 @@ class KafkaBroker(Broker):
     # connection drops mid-request ("rd_kafka_enq_once_del_source_return: Assertion
     # eonce->refcnt > 0", librdkafka issues 3663 and 4605): it killed a gateway node when the
     # 3-broker test SIGKILLed a leader. The consumer commit path is librdkafka's everyday one.
-    def _group_consumer(self, group: str) -> Consumer:
-        """The cached consumer of ``group`` (the caller holds ``_groups_lock``)."""
-        c = self._groups.get(group)
-        if c is not None:
-            self._groups.move_to_end(group)
-            return c
-        c = Consumer({**self._common, "group.id": group, "enable.auto.commit": False,
-                      "enable.auto.offset.store": False})
-        self._groups[group] = c
-        while len(self._groups) > _GROUP_CONSUMERS:
-            self._groups.popitem(last=False)[1].close()
-        return c
+    # Calls run on their own threads (_GROUP_THREADS), and a slow call on one group holds only
+    # that group's client, so that neither produce nor other groups wait behind it.
+    def _with_group(self, group: str, call: Callable[[Consumer], Any]) -> Any:
+        """``call`` with the cached consumer of ``group`` (made if needed), holding its lock."""
+        while True:
+            evicted: list[_GroupClient] = []
+            with self._groups_lock:
+                client = self._groups.get(group)
+                if client is None:
+                    client = self._groups[group] = _GroupClient(Consumer({
+                        **self._common, "group.id": group, "enable.auto.commit": False,
+                        "enable.auto.offset.store": False}))
+                    while len(self._groups) > _GROUP_CONSUMERS:
+                        evicted.append(self._groups.popitem(last=False)[1])
+                else:
+                    self._groups.move_to_end(group)
+            for old in evicted:
+                old.close()  # waits for a call still using it
+            with client.lock:
+                if not client.closed:  # else evicted between the look-up and here: again
+                    return call(client.consumer)
 
     def _commit(self, group: str, tps: list[TopicPartition]) -> list[TopicPartition]:
-        with self._groups_lock:
-            done: list[TopicPartition] = self._group_consumer(group).commit(
-                offsets=tps, asynchronous=False)
-            return done
+        done: list[TopicPartition] = self._with_group(
+            group, lambda c: c.commit(offsets=tps, asynchronous=False))
+        return done
 
     def _committed(self, group: str, tps: list[TopicPartition]) -> list[TopicPartition]:
-        with self._groups_lock:
-            got: list[TopicPartition] = self._group_consumer(group).committed(tps, timeout=10)
-            return got
+        got: list[TopicPartition] = self._with_group(group, lambda c: c.committed(tps, timeout=10))
+        return got
+
+    async def _run_group(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._group_executor, fn, *args)
 
     async def save_offsets(self, group: str, topic: str, offsets: dict[str, int]) -> None:
         tps = [TopicPartition(topic, int(q), off) for q, off in offsets.items()]
         try:
-            done = await self._run(self._commit, group, tps)
+            done = await self._run_group(self._commit, group, tps)
         except KafkaException as e:
             raise BrokerUnavailable(f"saving offsets of group {group}: {e}") from None
         failed = [tp for tp in done or [] if tp.error is not None]
         if failed:
             raise BrokerUnavailable(f"saving offsets of group {group}: {failed[0].error}")
 
-    async def load_offsets(self, group: str, topic: str) -> dict[str, int]:
-        parts = await self._partitions(topic, fresh=True)
+    async def load_offsets(self, group: str, topic: str,
+                           queues: list[str] | None = None) -> dict[str, int]:
+        # With the queues given, no metadata request: a herd of restores made one each, and they
+        # queued in the shared pool ahead of produce and fetch calls.
+        parts = [int(q) for q in queues] if queues else await self._partitions(topic, fresh=True)
         tps = [TopicPartition(topic, p) for p in parts]
         for delay in (*_COORDINATOR_RETRY_S, None):
             try:
-                got = await self._run(self._committed, group, tps)
+                got = await self._run_group(self._committed, group, tps)
                 break
             except KafkaException as e:
                 # A new cluster creates __consumer_offsets on the first group request, and its
@@ -376,7 +559,7 @@ class KafkaBroker(Broker):
         with self._groups_lock:
             c = self._groups.pop(group, None)
         if c is not None:
-            await self._run(c.close)
+            await self._run_group(c.close)
         try:
             await asyncio.wrap_future(self._admin.delete_consumer_groups([group], request_timeout=10)[group])
         except KafkaException as e:

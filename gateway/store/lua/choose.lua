@@ -6,26 +6,31 @@
 -- ARGV[5] client address  ARGV[6] clientId ('' in cluster mode)  ARGV[7] client idle ttl (ms)
 -- ARGV[8] queues to skip, as ',q1,q2,' ('' for none)  ARGV[9] batch size asked for
 -- ARGV[10] open mode '1'|'0'  ARGV[11] auth '1'|'0'  ARGV[12] key id  ARGV[13] key sha256 (hex)
--- ARGV[14] '1': a queue with no committed offset first asks for the broker's checkpoint (cluster
---          mode, once per topic: the field  t:ckpt  marks it done; restore.lua sets it)
+-- ARGV[14] '1': a queue with no committed offset is never given one here but asks the caller to
+--          restore it (cluster mode): from the broker's checkpoint, or its start position written
+--          to the checkpoint first, so that a Redis lost even before the first checkpoint round
+--          loses no position (restore.lua)
 -- ARGV[15] the topic a registration must name: ARGV[1] itself, or for a consumer's retry topic
 --          the topic whose failures it holds
 -- ARGV[16..] triples: queue id, low watermark, high watermark
 --
--- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr,
+-- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr
+-- (and t:q:ckp, t:q:rdl: core/checkpoint.py),
 -- and once per hash  poll  (the time of the last accepted /message).
 -- max never goes down; com starts at the latest (or earliest) offset; a lock is free when 0 or older
 -- than the consume timeout; every lock increments tok so stale acks can be told apart.
 -- Returns one of
---   {1, queue, committed, token, max, previous_lock_ms, timeout, allowance, charged}  a queue was
---        locked; allowance is how many records the caller may read (batch caps and the rate
---        limit); charged is 1 when the rate-limit bucket was charged the allowance
+--   {1, queue, committed, token, max, previous_lock_ms, timeout, allowance, charged, rdl}  a
+--        queue was locked; allowance is how many records the caller may read (batch caps and the
+--        rate limit); charged is 1 when the rate-limit bucket was charged the allowance; records
+--        below rdl may have been delivered before Redis lost the queue (restore.lua; 0: none)
 --   {0, next_wake_ms | -1}   nothing to lock now
 --   {2}                      paused
 --   {3, reason}              refused: unauthorized | unregistered | topic_not_allowed |
 --                            client_id_required | client_id_not_allowed
 --   {4, retry_after_ms}      over the consumer's rate limit
---   {5}                      a queue has no committed offset: restore the checkpoint first
+--   {5, start}               a queue has no committed offset: restore it first ('earliest' or
+--                            'latest', the start position of queues the checkpoint lacks)
 local key, cfgkey, clients, grants, bucket = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local topic, now, client = ARGV[1], tonumber(ARGV[2]), ARGV[6]
 
@@ -78,7 +83,6 @@ end
 local skip = ARGV[8]
 local n = (#ARGV - 15) / 3
 local restore = ARGV[14] == '1' and client == ''
-local consulted = nil  -- read when first needed: the checkpoint marker of this topic
 if n == 0 then return {0, -1} end
 local names = {}
 for i = 0, n - 1 do
@@ -104,10 +108,7 @@ for i = 0, n - 1 do
     writes[#writes + 1] = mx
   end
   if com == nil then
-    if restore then
-      if consulted == nil then consulted = redis.call('HEXISTS', key, topic .. ':ckpt') end
-      if consulted == 0 then return {5} end  -- nothing written yet but poll (and clientIds)
-    end
+    if restore then return {5, start} end  -- nothing written yet but poll
     if start == 'earliest' then com = lo else com = mx end
     writes[#writes + 1] = names[4 * i + 2]
     writes[#writes + 1] = com
@@ -138,4 +139,5 @@ local p = topic .. ':' .. best .. ':'
 seed_token(key, p .. 'tok')  -- the first token of a queue comes from the clock (prelude)
 local tok = redis.call('HINCRBY', key, p .. 'tok', 1)
 redis.call('HSET', key, p .. 'lock', now, p .. 'acc', now, p .. 'addr', ARGV[5])
-return {1, best, best_com, tok, best_max, best_lock, timeout, allowance, charged}
+local rdl = tonumber(redis.call('HGET', key, p .. 'rdl')) or 0  -- restore.lua's mark, if any
+return {1, best, best_com, tok, best_max, best_lock, timeout, allowance, charged, rdl}

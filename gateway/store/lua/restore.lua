@@ -1,19 +1,22 @@
--- Seed a consumer's committed offsets from the broker's checkpoint (core/checkpoint.py), after
--- choose.lua answered {5}: a queue of this topic had no committed offset and the checkpoint was
--- never consulted for it (a new consumer, or a Redis that lost its data).
+-- Seed a consumer's committed offsets, after choose.lua answered {5}: a queue of this topic had
+-- no committed offset (a new consumer or queue, or a Redis that lost its data). The caller gives
+-- each queue's position as the broker's checkpoint holds it: read from there, or, for a queue the
+-- checkpoint lacked, the start position it has just written there (core/checkpoint.py).
 -- Only queues that still have no committed offset are seeded (HSETNX), so a concurrent restore
--- on another node, or a reset in between, is never undone; the marker  t:ckpt  is set either way
--- so that queues the checkpoint does not know start at the consumer's `start` position.
--- KEYS[1] consumer hash  ARGV[1] topic  ARGV[2] now (ms)  ARGV[3..] pairs: queue id, offset
+-- on another node, or a reset in between, is never undone.
+-- A queue resumed from the checkpoint may hand out again records it delivered before Redis was
+-- lost, and the locks that would flag them went with Redis: `rdl` (the queue's high watermark at
+-- the restore, > 0) makes every batch below it `redelivered` (choose.lua returns it).
+-- KEYS[1] consumer hash  ARGV[1] topic  ARGV[2..] triples: queue id, offset, rdl (0: none)
 -- Returns how many queues were seeded.
 local key, topic = KEYS[1], ARGV[1]
 local seeded = 0
-for i = 3, #ARGV, 2 do
+for i = 2, #ARGV, 3 do
   local p = topic .. ':' .. ARGV[i] .. ':'
   if redis.call('HSETNX', key, p .. 'com', ARGV[i + 1]) == 1 then
     redis.call('HSET', key, p .. 'ckp', ARGV[i + 1])  -- what the broker holds already
+    if tonumber(ARGV[i + 2]) > 0 then redis.call('HSET', key, p .. 'rdl', ARGV[i + 2]) end
     seeded = seeded + 1
   end
 end
-redis.call('HSET', key, topic .. ':ckpt', ARGV[2])
 return seeded
