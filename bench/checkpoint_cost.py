@@ -74,6 +74,11 @@ async def measure(redis_url: str, bootstrap: str, broker_pid: int, counts: list[
                     await pipe.execute()
                 b0, c0, t0 = proc_cpu_s(broker_pid), time.process_time(), time.perf_counter()
                 copied = await ck.round(names)
+                for _ in range(20 if not walls else 0):  # a new cluster's coordinators load
+                    if copied == n * partitions:
+                        break
+                    await asyncio.sleep(0.5)
+                    copied += await ck.round(names)
                 walls.append(time.perf_counter() - t0)
                 cpus.append(time.process_time() - c0)
                 broker_cpus.append(proc_cpu_s(broker_pid) - b0)

@@ -87,6 +87,10 @@ class Settings:
     #: resumes there. At most this much acknowledged work is redelivered after such a loss.
     #: 0 turns checkpoints (and the restore) off.
     checkpoint_interval_ms: int = 5000
+    #: A consumer's topic whose queues are at least this many records ahead of their checkpoint
+    #: is copied within a second instead of at the next interval (0: interval only). A Redis
+    #: loss redelivers about a second of a busy consumer's work, not an interval's.
+    checkpoint_busy_records: int = 1000
     #: The Kafka consumer group of consumer ``C`` is ``<prefix>C``.
     checkpoint_group_prefix: str = "mqgw."
     #: The compacted topic that holds the registry's durable copy (core/registry_copy.py),
@@ -153,8 +157,8 @@ class Settings:
     max_head_bytes: int = 32_768
     #: Most header fields in one request head (431 beyond).
     max_headers: int = 100
-    #: A connection whose client does not read its answers is aborted when unsent response data
-    #: waited this long: over 64 KiB of it not drained, or a close not sending its last bytes.
+    #: A connection whose client takes none of its unsent answers for this long is aborted (while
+    #: over 64 KiB of them wait, or a close waits to send the last bytes); progress restarts it.
     write_timeout_ms: int = 30_000
     #: Open connections per worker process; beyond it new connections are answered 503 and
     #: closed at once instead of exhausting file descriptors. 0: derived from the process's file

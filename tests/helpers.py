@@ -82,9 +82,9 @@ def registry_topic(redis_url: str, key_prefix: str = "mqgw") -> str:
     return f"{key_prefix}.registry.{urlparse(redis_url).port}"
 
 
-def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1,
+def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1, port: int | None = None,
                **settings: Any) -> Node:
-    port = devstack.free_port()
+    port = port or devstack.free_port()  # a given port: a client is already trying it
     env = {**os.environ, "MQGW_REDIS_URL": redis_url, "MQGW_KAFKA_BOOTSTRAP": bootstrap,
            "MQGW_HMAC_KEY": HMAC_KEY, "MQGW_METADATA_REFRESH_MS": "100",
            # Most tests are about delivery, not access control: they run open and without keys.

@@ -1,12 +1,14 @@
 """An idle worker whose broker is down stays idle (issue 20).
 
 Measured before: an idle worker pointed at a closed port made ~350 threads and ~300 failed
-connects a second (20 % of a core on this 2-core machine). Two causes, both librdkafka's:
+connects a second (20 % of a core on this 2-core machine). Its 20 librdkafka clients (two
+producers, the admin client, the metadata consumer and 16 pooled fetch consumers, all long-lived:
+no call makes a client of its own) each did, with librdkafka's defaults:
 ``metadata.recovery.strategy=rebootstrap`` (its default since 2.10) replaced the bootstrap
-broker's thread at every failed connect, and every consumer looked for its group coordinator
-every ``reconnect.backoff.ms / 2`` (50 ms) whatever the per-broker backoff; and a worker had 20
-clients (16 pooled fetch consumers made at start). Now the adapter sets both settings
-(``BROKER_DOWN``) and makes fetch consumers when reads need them.
+broker and its thread at every failed connect, and every consumer looked for its group
+coordinator every ``reconnect.backoff.ms / 2`` (50 ms) whatever the per-broker backoff. Now the
+adapter sets both (``BROKER_DOWN`` in gateway/broker/kafka/adapter.py): no new threads, ~30
+refused connects a second for the whole worker.
 
 Counts, not CPU: the threads a worker created over a few seconds (thread ids seen in
 /proc/<pid>/task), with the broker's port closed (connects refused, as in the report); and the
@@ -103,11 +105,9 @@ def test_idle_worker_with_broker_down_makes_no_threads(redis_url: str, tmp_path:
     node = _node(redis_url, tmp_path, port)
     broker = None
     try:
-        threads, created = _idle_threads(node)
-        # Before: 86 threads (20 librdkafka clients), ~1,000 created in 3 s. Now ~23 threads (4
-        # clients: two producers, the admin client, the metadata consumer), none created.
+        _threads, created = _idle_threads(node)
+        # Before: ~1,000 created in 3 s (of 86 running). Now none.
         assert created <= 2, f"an idle worker created {created} threads in {WINDOW_S:.0f} s"
-        assert threads < 40, f"an idle worker runs {threads} threads"
 
         # The broker comes up on that port: the worker finds it by itself (measured: 1-3 s).
         broker = devstack.start_broker(port)
@@ -140,8 +140,9 @@ def test_idle_worker_with_broker_down_backs_off_connects(redis_url: str, tmp_pat
         connects = dropper.accepted - n0
     finally:
         node.stop()
-    # Measured: 0-2 in 4 s now; ~110 with librdkafka's settings and the lazy pool, more before.
-    assert connects < 3 * WINDOW_S, f"{connects} connects in {WINDOW_S + 1:.0f} s"
+    # Measured: 2-8 in 4 s now (20 clients, each backing off); ~1,200 with librdkafka's
+    # settings (and ~900 new threads).
+    assert connects < 10 * (WINDOW_S + 1), f"{connects} connects in {WINDOW_S + 1:.0f} s"
     assert created <= 2, f"an idle worker created {created} threads in {WINDOW_S:.0f} s"
 
 

@@ -123,3 +123,24 @@ def test_a_hash_left_with_only_checkpoint_marks_is_not_taken_for_offset_zero(red
         await w.store.mark_checkpointed(g, T, {"0": 4})  # the late write of a round in flight
         assert await ck.round([g]) == 0 and b.groups["mqgw." + g] == {(T, "0"): 4}
     run_service(redis_url, b, body, checkpoint_interval_ms=1000)
+
+
+def test_a_busy_round_copies_only_consumers_far_ahead_of_their_checkpoint(redis_url: str) -> None:
+    """Between full rounds (every checkpoint_interval_ms) a round every second copies only the
+    consumers' topics at least checkpoint_busy_records ahead: a Redis loss redelivers about a
+    second of a busy consumer's work, and the quiet ones cost no offset commit each second."""
+    b = broker(queues=2, records=10)
+    busy, quiet = unique(), unique()
+
+    async def body(w: Wire) -> None:
+        ck = w.svc.checkpoints
+        assert ck is not None and ck.busy_records == 4
+        for g, n in ((busy, 5), (quiet, 3)):
+            r = await w.fetch(params(g, max_messages=n))  # one queue; both start at 0 (earliest)
+            await w.ack(r["requestId"])
+        assert await ck.round([busy, quiet], busy_only=True) == 1  # busy's moved queue only
+        assert {o for (_, _), o in b.groups["mqgw." + busy].items()} == {0, 5}
+        assert sorted(b.groups["mqgw." + quiet].values()) == [0, 0]  # its start, not its 3
+        assert await ck.round([busy, quiet]) == 1  # the full round: quiet's too
+        assert sorted(b.groups["mqgw." + quiet].values()) == [0, 3]
+    run_service(redis_url, b, body, checkpoint_interval_ms=1000, checkpoint_busy_records=4)

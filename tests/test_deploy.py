@@ -411,7 +411,7 @@ def test_the_ingress_routes_the_public_api_only() -> None:
     public = [p for p in paths if not _private(p)]
     assert {"/produce", "/message", "/ack"} <= set(public)
     assert [p for p in public if not _ingress_routes(p)] == []
-    private = [p for p in paths if _private(p)] + ["/admin", "/admin/", "/metrics/", "/admin/x/y"]
+    private = [*(p for p in paths if _private(p)), "/admin", "/admin/", "/metrics/", "/admin/x/y"]
     assert len(private) > 10
     assert [p for p in private if _ingress_routes(p)] == []
 
@@ -459,7 +459,7 @@ def test_nginx_keeps_admin_and_metrics_off_the_public_port() -> None:
     server = servers[0]
     locs = [n for n in server if n[0] == "location"]
     assert not [n for n in locs if n[1][0] in ("~", "~*")], "a regex location could take over"
-    for path in _api_paths() + ["/admin", "/admin/", "/metrics/", "/"]:
+    for path in [*_api_paths(), "/admin", "/admin/", "/metrics/", "/"]:
         loc = _nginx_location(server, path)
         rules = [(n[0], n[1]) for n in loc[2] if n[0] in ("allow", "deny")]
         assert any(n[0] == "proxy_pass" for n in loc[2]), path

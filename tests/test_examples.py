@@ -27,9 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from .helpers import ROOT, Api, Node, Secure, unique
+from gateway.cli import devstack
+
+from .helpers import ROOT, Api, Node, Secure, start_node, unique
 
 EXAMPLES = ROOT / "examples"
 LOCK_MS = 600_000  # see the module docstring
@@ -120,10 +123,11 @@ def _env(url: str, **extra: str) -> dict[str, str]:
 class Running:
     """A consumer example as a process, with its stdout lines (records) collected as they come."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+    def __init__(self, argv: list[str], env: dict[str, str], stdin: Path | None = None) -> None:
+        with open(stdin or os.devnull, "rb") as input_:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdin=input_,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                         start_new_session=True)
         self.records: list[dict[str, Any]] = []
         self.stderr: list[str] = []
         self._changed = threading.Condition()
@@ -153,7 +157,11 @@ class Running:
     def stop(self) -> int:
         """SIGTERM, as a process manager stops it; its exit code."""
         self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(60)
+        return self.finish(60)
+
+    def finish(self, timeout: float = BOUND_S) -> int:
+        """Its exit code once it ends, with all its output read."""
+        rc = self.proc.wait(timeout)
         for t in self._readers:
             t.join(10)
         return rc
@@ -168,12 +176,13 @@ class Running:
 
 
 @pytest.fixture
-def start() -> Iterator[Callable[[list[str], dict[str, str]], Running]]:
-    """Start consumer examples; whatever still runs at the end of the test is killed."""
+def start() -> Iterator[Callable[..., Running]]:
+    """Start examples (``stdin``: a file to read); whatever still runs at the end of the test is
+    killed."""
     started: list[Running] = []
 
-    def run(argv: list[str], env: dict[str, str]) -> Running:
-        started.append(Running(argv, env))
+    def run(argv: list[str], env: dict[str, str], stdin: Path | None = None) -> Running:
+        started.append(Running(argv, env, stdin))
         return started[-1]
     yield run
     for r in started:
@@ -268,3 +277,34 @@ def test_broadcast_with_an_api_key(programs: Programs, sec: Secure, make_topic: 
     keyless = start([*programs.consumer, group, topic], _env(sec.nodes[0].url, MQGW_CLIENT_ID="x"))
     assert keyless.proc.wait(BOUND_S) == 1
     assert "401" in keyless.log()
+
+
+def test_a_producer_waits_for_the_gateway(programs: Programs, redis_url: str, bootstrap: str,
+                                          tmp_path: Path, make_topic: Callable[..., str],
+                                          start: Callable[..., Running]) -> None:
+    """The producer starts before any gateway listens on its URL: it retries with backoff,
+    saying so on stderr, and once a node starts on that port every record gets written (the
+    consumer example reads them all back). Before, it crashed on the first refused connection."""
+    topic, group = make_topic(2, "ex"), unique("ex")
+    port = devstack.free_port()  # nothing listens there yet
+    url = f"http://127.0.0.1:{port}"
+    values = [f"{programs.lang}-early-{i}" for i in range(150)]  # two requests of a batch each
+    lines = tmp_path / "values.txt"
+    lines.write_text("".join(v + "\n" for v in values))
+    producer = start([*programs.producer, topic], _env(url), lines)
+    producer.wait_for(lambda: "retrying" in producer.log())  # still running: not crashed
+    assert "unreachable" in producer.log(), producer.log()
+    node = start_node(redis_url, bootstrap, tmp_path, port=port)
+    try:
+        assert producer.finish() == 0, producer.log()
+        assert len(producer.records) == len(values), producer.records
+        assert not [r for r in producer.records if "error" in r], producer.records
+        with httpx.Client(timeout=30) as http:
+            r = http.patch(f"{url}/admin/consumers/{group}",
+                           json={"start": "earliest", "consumeTimeoutMs": LOCK_MS})
+            assert r.status_code == 200, r.text
+        consumer = start([*programs.consumer, group, topic], _env(url))
+        consumer.wait_for(lambda: consumer.values() >= set(values))
+        assert consumer.stop() == 0, consumer.log()
+    finally:
+        node.stop()

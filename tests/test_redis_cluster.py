@@ -50,7 +50,8 @@ def test_produce_fetch_ack_on_redis_cluster(redis_cluster, bootstrap: str, make_
         assert set(groups) <= listed
         out = api.http.delete(api.url(f"/admin/consumers/{g}"), params={"deleteOffsets": "true"}).json()
         assert out["unregistered"] is True and out["keysDeleted"] == 3  # q, q:c1, clients
-        assert api.http.get(api.url(f"/consumers/{g}/queues")).json()["queues"] == []
+        gone = api.http.get(api.url(f"/consumers/{g}/queues"))  # nothing left of it: unknown
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "unknown_consumer", gone.text
     finally:
         for n in nodes:
             n.stop()

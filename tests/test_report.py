@@ -151,9 +151,11 @@ QUEUES = {
                                          consumption_rate=5.0, drain_s=0.0,
                                          drain_status="drained", stalled_s=0.0, stuck=False,
                                          samples=33, span_s=2048.0),
+    # a constant lag: neither grows nor shrinks (before issue 20: "never", as consumption was
+    # not above production)
     ("steady", "", "orders", "1"): dict(lag=100, lag_slope=0.0, production_rate=5.0,
-                                         consumption_rate=5.0, drain_s=None, drain_status="never",
-                                         stalled_s=0.0, stuck=False),
+                                         consumption_rate=5.0, drain_s=None, drain_status="steady",
+                                         noise_lag=320.0, stalled_s=0.0, stuck=False),
     ("stuck", "", "orders", "0"): dict(lag=20_240, lag_slope=5.0, production_rate=5.0,
                                         consumption_rate=0.0, drain_s=None, drain_status="never",
                                         stalled_s=2048.0, stuck_backlog=True, stuck_lock=False,
@@ -162,11 +164,12 @@ QUEUES = {
                                         consumption_rate=7040 / 2048, drain_status="never",
                                         stalled_s=640.0, stuck_backlog=False, stuck=False),
     ("stuck", "", "orders", "2"): dict(lag=20, lag_slope=0.0, production_rate=5.0,
-                                        consumption_rate=5.0, drain_status="never", stalled_s=0.0,
+                                        consumption_rate=5.0, drain_status="steady", stalled_s=0.0,
                                         stuck_backlog=False, stuck_lock=True, stuck=True,
                                         lock_age_ms=90_000,
                                         lock_timeout_ms=30_000),
     ("stuck", "", "orders", "3"): dict(lag=3530, consumption_rate=6720 / 2048, stalled_s=704.0,
+                                        drain_status="never",
                                         stuck_backlog=True, stuck_lock=False, stuck=True),
     ("drainer", "", "events", "0"): dict(lag=19_520, lag_slope=-10.0, production_rate=2.0,
                                           consumption_rate=12.0, drain_s=1952.0,
@@ -189,7 +192,7 @@ QUEUES = {
     ("fanout", "c0", "audit", "0"): dict(lag=0, production_rate=4.0, consumption_rate=0.0,
                                           drain_status="drained", stalled_s=0.0, stuck=False),
     ("fanout", "c3", "audit", "0"): dict(lag=500, stalled_s=960.0, samples=16, gone=True,
-                                          drain_status="never"),
+                                          drain_status="steady"),
     ("sleepy", "", "audit", "0"): dict(lag=0, production_rate=4.0, consumption_rate=0.0,
                                         last_access_ms=None, mode="cluster"),
     ("edge", "", "audit", "1"): dict(lag=0, last_access_ms=END_MS - 3_600_000, last_poll_ms=None,
@@ -200,7 +203,7 @@ SLOPES = {"lag_slope"}
 
 CONSUMERS = {
     ("steady", ""): dict(queues=2, topics=1, lag=100, production_rate=10.0, consumption_rate=10.0,
-                         drain_status="never", drain_s=None, stuck_queues=0, idle=False),
+                         drain_status="steady", drain_s=None, stuck_queues=0, idle=False),
     ("stuck", ""): dict(queues=4, lag=27_040, production_rate=20.0,
                         consumption_rate=5.0 + (7040 + 6720) / 2048, drain_status="never",
                         stuck_queues=3, idle=False),
@@ -346,10 +349,11 @@ def test_outputs_and_summary(local_report: Path) -> None:
         assert csv.splitlines()[0].startswith('"')  # a header row
     assert not list(local_report.glob(".*"))  # no temporary files left
     s = json.loads((local_report / "summary.json").read_text())
-    # c3 is gone: in the queue count, but not in consumers, stuck or never draining
+    # c3 is gone: in the queue count, but not in consumers, stuck or never draining. Never
+    # draining (a lag that grows): stuck/0, /1, /3 and the resetter's jump; not a constant lag
     assert s["counts"] == {"rows": 16 * 33 - 16 - 24 - 17, "queues": 16, "gone": 1,
                            "samples": 33, "consumers": 11, "topics": 3, "stuck": 3, "idle": 2,
-                           "never": 6, "behind": 2}  # behind production: stuck, resetter
+                           "never": 4, "behind": 2}  # behind production: stuck, resetter
     assert s["window"]["first_sample"] == "2024-05-01T23:30:00.000Z"
     assert s["window"]["last_sample"] == "2024-05-02T00:04:08.000Z"
     assert s["window"]["span_s"] == 2048.0

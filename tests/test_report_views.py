@@ -101,10 +101,12 @@ def test_a_real_hole_stays_grey() -> None:
 # -- per consumer against per topic ----------------------------------------------------------------
 
 def test_behind_and_slowest_reader() -> None:
+    # behind: the lag grows (the job's drain_status), whatever the two rates say on their own
     a = {"consumer": "a", "client_id": "", "broker": "kafka", "topic": "t", "lag": 10,
-         "consumption_rate": 2.1, "production_rate": 3.0}
-    b = dict(a, consumer="b", consumption_rate=2.1 * 2)  # a sum over both would look fine
-    idle = dict(a, consumer="c", lag=0, consumption_rate=0.0)
+         "consumption_rate": 2.1, "production_rate": 3.0, "drain_status": "never"}
+    b = dict(a, consumer="b", consumption_rate=2.1 * 2,  # a sum over both would look fine
+             drain_status="draining")
+    idle = dict(a, consumer="c", lag=0, consumption_rate=0.0, drain_status="drained")
     assert rates.behind(a) and not rates.behind(b) and not rates.behind(idle)
     assert [r["consumer"] for r in rates.ranked([b, idle, a])] == ["a", "b", "c"]
     assert rates.slowest_readers([b, a, idle])[("kafka", "t")]["consumer"] == "c"

@@ -221,3 +221,5 @@ def test_a_client_that_never_reads_is_cut_after_the_write_timeout(node_factory: 
     assert cut >= 1, "the connection that never read was not cut"
     assert codes and set(codes) == {200}, codes
     assert got < asked * 160_000, got
+
+

@@ -25,11 +25,12 @@ workers' file limits and took a node offline for about 65 s. Its ``limit_concurr
   connections streaming an endless header took a node from 478 to 999 MB and stalled it for
   seconds. The bytes are counted per read (two integers per read; see ``data_received``), the
   fields once per head; a head is measured exactly only when its reads could hold too much;
-- **writes**: a connection whose client does not read its answers is aborted once unsent data
-  has waited ``write_timeout_ms``: more than the transport's high-water mark (64 KiB) not
-  drained below its low-water mark, or a close that cannot send its last bytes (such a close
-  otherwise waits forever, and with it the descriptor and the buffer). Before, 500 clients that
-  never read held 77 MB and their connections for as long as they liked;
+- **writes**: a connection whose client takes none of its unsent answers for
+  ``write_timeout_ms`` is aborted, while more than the transport's high-water mark (64 KiB)
+  waits or while a close waits to send the last bytes (such a close otherwise waits forever,
+  and with it the descriptor and the buffer). Any progress restarts the time, as nginx's
+  ``send_timeout`` does, so a large answer to a slow reader is not cut. Before, 500 clients
+  that never read held 77 MB and their connections for as long as they liked;
 - **pipelining**: at most ``MAX_PIPELINED`` requests wait behind the one being answered.
   uvicorn parses every request of a read ahead, each a request object in memory, and a 256 KiB
   read holds thousands of small ones; past the limit the connection ends after the answers to
@@ -71,6 +72,12 @@ log = logging.getLogger("mqgw.server")
 FD_RESERVE = 512
 #: How long a refused connection stays open (reading and discarding) after its 503.
 LINGER_S = 1.0
+#: What a connection ended for its head or its pipelining discards while it lingers; then it
+#: reads no more. Enough for an honest client's oversized head and a body after it to be sent
+#: whole (so that it reads the 431 rather than a reset). Discarding for the whole second, 10
+#: connections streaming an endless header at full speed held /healthz for up to 1.2-2.1 s;
+#: reading no more, for at most 60-170 ms (one worker, issue 20).
+LINGER_DISCARD_BYTES = 1 << 20
 #: How often a process looks for heads and bodies past their deadline. A deadline is a float on
 #: the connection, set and cleared per request phase; one sweeper per process replaces a timer
 #: armed and cancelled twice per request (loop.call_later and TimerHandle.cancel were ~4 % of a
@@ -99,8 +106,7 @@ async def _sweep() -> None:
                 on_due()
         if _stalled:
             for p in [p for p in _stalled if p._write_due <= now]:
-                _stalled.discard(p)
-                p._write_timed_out()
+                p._write_due_passed(now)
 
 
 def _answer(status: bytes, code: str, message: str, extra: bytes = b"") -> bytes:
@@ -206,10 +212,11 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._start = self._end = 0
         self._head_from = -1
         self._done_at = -1
-        self._write_due = 0.0  # loop time unsent data must be gone by (while in _stalled)
+        # While in _stalled: the unsent bytes when last looked at, and when to look again.
+        self._write_left = 0
+        self._write_due = 0.0
         self._due = 0.0  # loop time the current head or body must have arrived by (if armed)
         self._on_due: Any = None
-        self._lingering = False
         self._declined: bytes | None = None  # the head to parse again, its upgrade offer removed
 
     # -- connection ---------------------------------------------------------------------------
@@ -224,7 +231,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             # answer before the client reads it. What arrives meanwhile is discarded.
             self.transport = transport
             self.parser = None  # type: ignore[assignment]  # nothing more is parsed
-            self.data_received = _discard  # type: ignore[method-assign]
+            transport.set_protocol(_Discarding(self, None))
             transport.write(_REFUSED)
             if transport.can_write_eof():
                 transport.write_eof()
@@ -379,7 +386,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             return
         self._corked.write(_answer(b"431 Request Header Fields Too Large", "headers_too_large",
                                    problem))
-        self._close_lingering()
+        self._close_lingering(LINGER_DISCARD_BYTES)
 
     def _pipeline_full(self) -> None:
         """More than MAX_PIPELINED requests wait: this one is dropped unanswered, and the
@@ -392,15 +399,15 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         raise _Refused
 
     def _end_after(self, cycle: Any) -> None:
-        """Read no more: the connection ends (lingering) once ``cycle`` is answered."""
-        self.data_received = _discard  # type: ignore[method-assign]
+        """Parse no more: the connection ends (lingering) once ``cycle`` is answered."""
+        self.transport.set_protocol(_Discarding(self, LINGER_DISCARD_BYTES))
         self._disarm()
-        cycle.on_response = self._close_lingering
+        cycle.on_response = lambda: self._close_lingering(LINGER_DISCARD_BYTES)
 
-    def _close_lingering(self) -> None:
-        """End the connection after LINGER_S, discarding what still arrives meanwhile."""
-        self._lingering = True
-        self.data_received = _discard  # type: ignore[method-assign]
+    def _close_lingering(self, budget: int | None = None) -> None:
+        """End the connection after LINGER_S, discarding what still arrives meanwhile (at most
+        ``budget`` bytes, if given: then it reads no more)."""
+        self.transport.set_protocol(_Discarding(self, budget))
         self._disarm()
         self._corked.flush()  # the answer, before the end of the stream
         if self.transport.is_closing():
@@ -431,22 +438,32 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def pause_writing(self) -> None:
         """The transport holds more unsent data than its high-water mark: the client is not
         reading fast enough. It must drain it within ``write_timeout_ms``."""
-        super().pause_writing()
+        if self.flow is not None:  # None: refused at connection_made
+            super().pause_writing()
         self._stall()
 
     def resume_writing(self) -> None:
         _stalled.discard(self)
-        super().resume_writing()
+        if self.flow is not None:
+            super().resume_writing()
 
     def _stall(self) -> None:
         if self not in _stalled:
+            self._write_left = self.transport.get_write_buffer_size()
             self._write_due = self.loop.time() + self._write_s
             _stalled.add(self)
 
-    def _write_timed_out(self) -> None:
-        _DROPS["write_timeout"].inc()
-        log.debug("unsent response data not taken within %.1f s: connection aborted", self._write_s)
-        self.transport.abort()  # a close would wait for the data to be sent
+    def _write_due_passed(self, now: float) -> None:
+        """No more is written while stalled, so less unsent data means the client took some."""
+        left = self.transport.get_write_buffer_size()
+        if 0 < left < self._write_left:  # a slow reader: it gets another write_timeout
+            self._write_left, self._write_due = left, now + self._write_s
+            return
+        _stalled.discard(self)
+        if left:
+            _DROPS["write_timeout"].inc()
+            log.debug("no unsent response data taken for %.1f s: connection aborted", self._write_s)
+            self.transport.abort()  # a close would wait for the data to be sent
 
     # -- timers ---------------------------------------------------------------------------------
     def _arm(self, seconds: float, fn: Any) -> None:
@@ -476,10 +493,41 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self._close()
 
 
-def _discard(data: bytes) -> None:
-    """``data_received`` of a refused or closing connection (an instance attribute then, so
-    that the connections being served pay no check per read: overriding the method cost a
-    Python call per read, ~1 % of a no-op request)."""
+class _Discarding(asyncio.Protocol):
+    """The transport's protocol once a connection is only waiting to close (refused, or
+    lingering after its last answer): what arrives is discarded, beyond ``budget`` bytes (if
+    given) no more is read, and the rest goes to the connection's own protocol.
+
+    Swapped in with ``transport.set_protocol``, so the connections being served pay no check per
+    read. Replacing ``data_received`` on the protocol instead did nothing under uvloop, which
+    calls the bound method it was handed when the connection opened: a refused connection's
+    next read went to a parser that was gone ("Fatal error on transport", a traceback, and a
+    close at once instead of the linger), and a lingering one kept on parsing; an endless
+    header refused with 431 went on growing in the parser (issue 20)."""
+
+    __slots__ = ("_budget", "_protocol")
+
+    def __init__(self, protocol: GatewayHttpProtocol, budget: int | None) -> None:
+        self._protocol = protocol
+        self._budget = budget
+
+    def data_received(self, data: bytes) -> None:
+        if self._budget is not None:
+            self._budget -= len(data)
+            if self._budget < 0:
+                self._protocol.transport.pause_reading()
+
+    def eof_received(self) -> bool | None:
+        return self._protocol.eof_received()  # type: ignore[func-returns-value]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._protocol.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._protocol.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._protocol.resume_writing()
 
 
 def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:

@@ -277,7 +277,9 @@ def _wait_ready(bootstrap: str, deadline: float, proc: subprocess.Popen, brokers
     """Until metadata lists ``brokers`` brokers (the controller elected, the brokers registered)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # log_level 0: the connects refused while the broker starts are expected, not worth a raw
+    # librdkafka line on the terminal each (`make run` printed a screenful)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"exited with {proc.returncode}")

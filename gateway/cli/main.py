@@ -150,6 +150,7 @@ mq-gateway is up at {base}   (API description: {base}/openapi.yaml)
        -d '{{"topic":"demo","messages":[{{"key":"k1","value":"hello"}}]}}'
   curl -s '{base}/message?consumer=demo-group&topic=demo&wait_ms=5000'   # demo-group starts at earliest
   curl -s -XPOST {base}/ack -d '{{"requestId":"<requestId from /message>"}}'
+  curl -s -XPOST {base}/admin/topics -d '{{"name":"orders","partitions":6}}'   # more topics
 
 The command-line tools (mqgw admin, keys, snapshot, report) reach this stack with, in another shell:
   export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH" MQGW_URL={base} \\

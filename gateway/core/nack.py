@@ -44,6 +44,10 @@ from .retry import (
 #: A retry or dead-letter topic found or made is looked up again after this long (an operator
 #: may have deleted it); one that could not be made is tried again on the next failure.
 KNOWN_S = 3600.0
+#: A batch's records read back empty (a busy broker) are asked for again this often, after
+#: pauses of 0.1 s, 0.2 s, ... (3.6 s in all) before the nack answers 503.
+REREADS = 8
+REREAD_PAUSE_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +131,33 @@ class NackService:
         return Failed(ack, retried, dead_offsets, retry, policy.dead_letter_topic)
 
     async def _read(self, ref: BatchRef) -> list[Record]:
-        """The batch's records, read again at the offsets the requestId names."""
+        """The batch's records, read again at the offsets the requestId names.
+
+        A read answers what is readable now, and under load one can come back empty where the
+        batch's records certainly are (they were delivered): that is asked again, never taken
+        for the end. Taking it so committed the batch without its failed records, which were
+        then never retried (the soak lost 2-13 that way in minutes under heavy load). Only
+        offsets the broker no longer holds (below its low watermark: retention) are passed
+        over; records still unreadable after :data:`REREADS` tries raise BrokerUnavailable,
+        and nothing is written or committed (the client may nack again; the lock expires)."""
         out: list[Record] = []
         at = ref.offset
+        empty = 0
         while at < ref.next_offset:
             res = await self.broker.fetch(ref.topic, ref.queue, at, ref.next_offset - at)
             out += [r for r in res.records if r.offset < ref.next_offset]
-            if res.next_offset <= at:  # nothing readable any more (deleted by retention)
-                break
-            at = res.next_offset
+            if res.next_offset > at:
+                at, empty = res.next_offset, 0
+                continue
+            low = (await self.broker.watermarks(ref.topic)).get(ref.queue, (0, 0))[0]
+            if low > at:  # deleted by retention since it was delivered
+                at, empty = low, 0
+                continue
+            empty += 1
+            if empty > REREADS:
+                raise BrokerUnavailable(f"records {at}-{ref.next_offset - 1} of {ref.topic} "
+                                        f"queue {ref.queue} could not be read again")
+            await asyncio.sleep(REREAD_PAUSE_S * empty)
         return out
 
     def _carry(self, r: Record, ref: BatchRef, attempt: int, now: int) -> OutgoingMessage:

@@ -95,8 +95,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-after", default="1h", metavar="DURATION",
                    help="no access for longer than this before the window's end is idle (1h)")
     p.add_argument("--include-internal", action="store_true",
-                   help="also report the gateway's own topics (mqgw.delay.*, mqgw.retry.*) and "
-                        "consumers (_mqgw.*), left out by default")
+                   help="also report the gateway's own topics (delay levels mqgw.delay.*, retry "
+                        "topics mqgw.retry.*, ...) and consumers (_mqgw*), left out by default")
     p.add_argument("--master", default=None,
                    help="Spark master (default local[*]; under spark-submit, spark-submit's)")
     p.add_argument("--driver-memory", default="4g",
@@ -192,10 +192,11 @@ def _log4j2(tmp: Path, level: str) -> Path:
     """The JVM's log4j2 configuration: every line to stderr as JSON (``_LOG_TEMPLATE``), at
     ``--log-level`` from the start. Without it Spark falls back to its own profile and prints,
     outside any log format, "Using Spark's default log4j profile", "Setting default log level
-    to WARN" (pyspark counts as a shell) and its plain-text lines. The REPL logger gets the root's
-    level, which is what keeps Spark from printing that banner and resetting the root level; two
-    warnings that say nothing about a report (no native Hadoop library, a long plan's string
-    truncated) are kept to errors."""
+    to WARN" (pyspark counts as a shell) and its plain-text lines. The logger of pyspark's JVM
+    entry point (PythonGatewayServer, the "shell") gets the root's level: Spark sets a shell's
+    console to that logger's level (WARN unless configured), printing that banner when it
+    differs from the root's. Two warnings that say nothing about a report (no native Hadoop
+    library, a long plan's string truncated) are kept to errors."""
     path = tmp / "log4j2.properties"
     path.write_text(f"""\
 rootLogger.level = {level}
@@ -205,8 +206,8 @@ appender.stderr.name = stderr
 appender.stderr.target = SYSTEM_ERR
 appender.stderr.layout.type = JsonTemplateLayout
 appender.stderr.layout.eventTemplate = {json.dumps(_LOG_TEMPLATE, separators=(",", ":"))}
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = {level}
+logger.shell.name = org.apache.spark.api.python.PythonGatewayServer
+logger.shell.level = {level}
 logger.native.name = org.apache.hadoop.util.NativeCodeLoader
 logger.native.level = error
 logger.truncated.name = org.apache.spark.util.SparkStringUtils

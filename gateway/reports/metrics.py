@@ -237,7 +237,8 @@ def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
     n, slope, span = F.col("samples"), F.col("lag_slope"), F.col("span_s")
     # what the partition produces in one of this queue's sample intervals: a consumer that keeps
     # up can be that far behind at any sample
-    noise = F.greatest(F.lit(1.0), F.coalesce(prod, F.lit(0.0)) * span / (n - 1))
+    per_interval = F.when(n > 1, F.coalesce(prod, F.lit(0.0)) * span / (n - 1))  # ANSI: no 0/0
+    noise = F.greatest(F.lit(1.0), F.coalesce(per_interval, F.lit(0.0)))
     t2 = F.lit(TREND_T * TREND_T)
     # t >= TREND_T  <=>  r² (n - 2) >= T² (1 - r²); regr_r2 is 1 for a constant lag (slope 0)
     beyond_noise = (n >= 3) & (F.col("lag_r2") * (n - F.lit(2) + t2) >= t2)

@@ -208,14 +208,15 @@ def generate_dev(out_dir: str | os.PathLike[str], *, samples: int = 86, interval
       every few seconds and commits what it got, so each sample catches a lag of a few messages
       (what was produced since its last poll) and its consumption is production ± that noise;
     - ``demo`` also read by ``etl``, which consumes 70 % of production: its lag really grows;
-    - ``orders`` (2 partitions, ~0.2 msg/s each) read by ``orders-svc``, keeping up, and by the
-      broadcast consumer ``cache`` (clientIds ``host-a``, ``host-b``), keeping up;
+    - ``orders`` (2 partitions, ~0.2 msg/s each) read by ``orders-svc``, keeping up, by the
+      broadcast consumer ``cache`` (clientIds ``host-a``, ``host-b``), keeping up, and by
+      ``newcomer``, only in the last sample, 5 messages behind (one sample: no trend);
     - the gateway's own: :data:`DEV_DELAY_LEVELS` delay-level topics ``mqgw.delay.*`` read by
       ``_mqgw.relay`` (records wait there until due: a lag that grows and falls), and a retry
       topic ``mqgw.retry.demo-group.demo.<digest>`` (4 partitions) read by ``demo-group``.
 
     About 110 rows per sample (86 samples: ~9,500 rows, an hour and a half at 60 s). Returns
-    ``{"rows", "files", "bytes", "keeping_up", "growing", "internal_topics"}``.
+    ``{"rows", "files", "bytes", "keeping_up", "growing", "new", "internal_topics"}``.
     """
     import numpy as np
 
@@ -228,6 +229,7 @@ def generate_dev(out_dir: str | os.PathLike[str], *, samples: int = 86, interval
                ("orders-svc", "", "orders", 2, 0.2, "keep"),
                ("cache", "host-a", "orders", 2, 0.2, "keep"),
                ("cache", "host-b", "orders", 2, 0.2, "keep"),
+               ("newcomer", "", "orders", 2, 0.2, "new"),
                ("demo-group", "", retry, 4, 0.02, "keep")]
     readers += [("_mqgw.relay", "", t, 2, 0.05, "hold") for t in levels]
     keys = [(c, k, t, str(q), rate, how) for c, k, t, n, rate, how in readers for q in range(n)]
@@ -262,7 +264,7 @@ def generate_dev(out_dir: str | os.PathLike[str], *, samples: int = 86, interval
         hold = np.maximum(committed, top - rng.integers(0, 40, size=n))
         committed = np.where(how == "keep", keep, np.where(how == "slow", slow, hold)) \
             if s else committed
-        committed = np.minimum(committed, top)
+        committed = np.where(how == "new", top - 5, np.minimum(committed, top))
         last = pa.array(np.full(n, t_ms - 1000, dtype=np.int64), pa.int64())
         table = pa.Table.from_arrays(
             [pa.array(np.full(n, t_ms, dtype=np.int64)).cast(SCHEMA.field("ts").type),
@@ -273,11 +275,14 @@ def generate_dev(out_dir: str | os.PathLike[str], *, samples: int = 86, interval
              last, pa.array(np.zeros(n, dtype=bool)), pa.array(np.ones(n, dtype=bool)),
              pa.nulls(n, pa.float64()), pa.nulls(n, pa.float64()), last],
             schema=SCHEMA)
+        if s < samples - 1:
+            table = table.filter(pa.array(how != "new"))
         path = write_sample(table, out, t_ms, tag=f"dev{seed}")
-        rows += n
+        rows += table.num_rows
         files += 1
         size += path.stat().st_size
     return {"rows": rows, "files": files, "bytes": size,
             "keeping_up": [("demo-group", ""), ("orders-svc", ""), ("cache", "host-a"),
                            ("cache", "host-b")],
-            "growing": [("etl", "")], "internal_topics": len(levels) + 1}
+            "growing": [("etl", "")], "new": [("newcomer", "")],
+            "internal_topics": len(levels) + 1}

@@ -36,7 +36,9 @@ state each have a slot of their own.
 ``P:{alerts}:evaluated``    string  time of the last alert evaluation (ms)
 ``P:{alerts}:lease``        string  node that evaluates alerts this interval (``SET NX PX``)
 ``P:{alerts}:lock``         string  token of the running alert evaluation
-``P:{ckpt}:lease``          string  node that checkpoints offsets to the broker this interval
+``P:{ckpt}:lease``          string  node that checkpoints offsets to the broker this tick (1 s)
+``P:{ckpt}:full``           string  node whose round copies every moved offset, once per
+                                    ``checkpoint_interval_ms`` (other rounds: busy ones only)
 ``P:{delay}:m:<id>``        string  ``c``: a cancelled delayed record, expires
                                     ``delay_mark_retention_ms`` after its due time (``d``,
                                     delivered, only from a relay whose clock runs ahead of
@@ -116,8 +118,8 @@ class KeyLayout:
     def watermark_lease(self, topic: str) -> str:
         return f"{self.watermarks(topic)}:lease"
 
-    def checkpoint_lease(self) -> str:
-        return f"{self.prefix}:{{ckpt}}:lease"
+    def checkpoint_lease(self, what: Literal["lease", "full"] = "lease") -> str:
+        return f"{self.prefix}:{{ckpt}}:{what}"
 
     def delay_mark(self, delay_id: str) -> str:
         """A delayed record's cancel/delivered mark; all in one slot, so one script decides a

@@ -242,9 +242,11 @@ class OffsetStore:
             await self.redis.hset(self.queues_key(group), mapping={
                 queue_field(topic, q, "ckp"): off for q, off in offsets.items()})
 
-    async def take_checkpoint_lease(self, node: str, ttl_ms: int) -> bool:
-        """This node checkpoints this interval (``SET NX PX``: one node at a time)."""
-        return bool(await self.redis.set(self.layout.checkpoint_lease(), node, nx=True, px=ttl_ms))
+    async def take_checkpoint_lease(self, node: str, ttl_ms: int, full: bool = False) -> bool:
+        """This node checkpoints this tick, or (``full``) makes this interval's full round
+        (``SET NX PX``: one node at a time)."""
+        key = self.layout.checkpoint_lease("full" if full else "lease")
+        return bool(await self.redis.set(key, node, nx=True, px=ttl_ms))
 
     async def ack(
         self, group: str, client_id: str, topic: str, queue: str, offset: int, next_offset: int,

@@ -47,7 +47,9 @@ class RegistryCopyStore:
         """One entity as Redis holds it now (None: it does not exist)."""
         k, r = self._keys, self._redis
         if kind == "consumer":
-            async with r.pipeline(transaction=True) as pipe:
+            # not a transaction: the registry's set and the consumer's hashes are in different
+            # slots of a Redis Cluster; the copy is re-read after every write anyway
+            async with r.pipeline(transaction=False) as pipe:
                 pipe.hgetall(k.config(name))
                 pipe.sismember(k.registry("consumers"), name)
                 pipe.hgetall(k.grants(name))
@@ -90,20 +92,23 @@ class RegistryCopyStore:
             kind, name = ek.split("/", 1)
             if kind == "consumer":
                 cfg, grants = e.get("cfg") or {}, e.get("grants") or {}
-                async with r.pipeline(transaction=True) as pipe:
+                async with r.pipeline(transaction=False) as pipe:
                     pipe.exists(k.config(name))
                     pipe.exists(k.grants(name))
                     has_cfg, has_grants = await pipe.execute()
-                async with r.pipeline(transaction=True) as pipe:
+                wrote = False
+                async with r.pipeline(transaction=False) as pipe:  # two slots (see read)
                     if cfg and not has_cfg:
                         pipe.hset(k.config(name), mapping=cfg)
                         if e.get("registered"):
                             pipe.sadd(k.registry("consumers"), name)
+                        wrote = True
                     if grants and not has_grants:
                         pipe.hset(k.grants(name), mapping=grants)
-                    if pipe.command_stack:
+                        wrote = True
+                    if wrote:
                         await pipe.execute()
-                        written += 1
+                written += wrote
             elif kind in ("producer", "key"):
                 what: RegistryKey = "producers" if kind == "producer" else "keys"
                 written += int(await r.hsetnx(k.registry(what), name, orjson.dumps(e)))

@@ -93,30 +93,15 @@ class PooledConsumer:
 
 
 class FetchPool:
-    """Up to ``size`` consumers, made when a read finds none idle (not all at start): each one is
-    a librdkafka client with threads and connections of its own, and while the brokers are
-    unreachable each keeps trying to connect (tests/test_broker_down.py). A worker that never
-    read has none; one that served at most N reads at once has N."""
-
     def __init__(self, make_consumer: Callable[[], Consumer], size: int,
                  run: Callable[..., Any]) -> None:
-        self._make = make_consumer
-        self._size = size
-        self._all: list[PooledConsumer] = []
-        self._idle: list[PooledConsumer] = []
-        self._making = 0  # consumers being made (in the thread pool)
-        self._closed = False
+        self._all = [PooledConsumer(make_consumer()) for _ in range(size)]
+        self._idle = list(self._all)
         self._cond = asyncio.Condition()
         self._run = run  # runs a blocking call in the broker's thread pool
         self._sweeper: asyncio.Task[None] | None = None
 
-    @property
-    def size(self) -> int:
-        """How many consumers the pool holds now."""
-        return len(self._all)
-
     def close(self) -> None:
-        self._closed = True
         if self._sweeper is not None:
             self._sweeper.cancel()
         for pc in self._all:
@@ -173,31 +158,14 @@ class FetchPool:
                 self._cond.notify()
 
     async def _acquire(self, topic: str, partition: int) -> PooledConsumer:
-        """The idle consumer already on this partition, else the least recently used one, else a
-        new one while the pool has room."""
+        """The idle consumer already on this partition, else the least recently used one."""
         async with self._cond:
-            while not self._idle and len(self._all) + self._making >= self._size:
+            while not self._idle:
                 await self._cond.wait()
-            if self._idle:
-                mine = [pc for pc in self._idle if pc.topic == topic and pc.partition == partition]
-                pc = mine[0] if mine else min(self._idle, key=lambda c: c.used)
-                self._idle.remove(pc)
-                return pc
-            self._making += 1
-        made: PooledConsumer | None = None
-        try:
-            made = PooledConsumer(await self._run(self._make))
-        finally:
-            async with self._cond:
-                self._making -= 1
-                if made is None:
-                    self._cond.notify()  # the room it would have taken is free again
-                elif not self._closed:
-                    self._all.append(made)
-        if self._closed:
-            await self._run(made.consumer.close)
-            raise BrokerUnavailable("the broker client is closing")
-        return made
+            mine = [pc for pc in self._idle if pc.topic == topic and pc.partition == partition]
+            pc = mine[0] if mine else min(self._idle, key=lambda c: c.used)
+            self._idle.remove(pc)
+            return pc
 
 
 def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_records: int,
