@@ -77,6 +77,17 @@ class Node:
                 self.kill()
 
 
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 30) -> Any:
+    """Poll ``check`` until it returns something true (returned), failing after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
 def registry_topic(redis_url: str, key_prefix: str = "mqgw") -> str:
     """The registry copy's topic of the nodes on this Redis (start_node)."""
     return f"{key_prefix}.registry.{urlparse(redis_url).port}"

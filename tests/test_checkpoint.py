@@ -11,7 +11,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +18,7 @@ import redis
 
 from gateway.cli import devstack
 
-from .helpers import ON_TANSU, Api, Node, start_node, unique
+from .helpers import ON_TANSU, Api, Node, start_node, unique, wait_for
 
 PREFIX = "mqgw."  # checkpoint_group_prefix's default
 
@@ -33,16 +32,6 @@ def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> di
     req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
     done = admin.list_consumer_group_offsets(req, request_timeout=10)[group].result(15)
     return {tp.partition: tp.offset for tp in done.topic_partitions if tp.offset >= 0}
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture

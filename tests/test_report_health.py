@@ -194,6 +194,7 @@ def test_internal_topics_and_consumers_are_left_out(dev, dev_report: Path) -> No
     assert "· 2 topics" in page and "internal ones left out" in page
     assert "mqgw.delay." not in page.split("<main>")[1]  # only in the header's tooltip
     assert s["files"] == 86 and s["counts"]["samples"] == 86
+    assert s["spark"]["small_input"] is True  # 0.6 MB of files: the quick JVM settings
 
 
 @pytest.mark.slow  # Spark

@@ -112,6 +112,7 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None) -
             if settings.relay and not delay.native else None
         if relay is not None:
             delay.poke = relay.poke
+            await delay.start()  # its level topics exist before this serves (see there)
             relay.start()
         nack = NackService(settings, store, b, consume, delay)
         app.state.gw = Gateway(settings, store, b, consume, spec, registry, keys, auth, checkpoints,

@@ -42,6 +42,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from ..broker import Broker, BrokerUnavailable, Capability
 from ..config import Settings, node_id
 from ..store import OffsetStore
+from .background import stop_task
 
 log = logging.getLogger("mqgw.checkpoint")
 
@@ -139,13 +140,8 @@ class Checkpoints:
             self._task = asyncio.create_task(self._run(), name="mqgw-checkpoint")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         """A tick every second (or every interval, without busy rounds): one node per tick (the

@@ -36,6 +36,7 @@ import orjson
 from ..broker import Broker, BrokerUnavailable, OutgoingMessage, UnknownTopic
 from ..config import Settings, node_id
 from ..store import UNAVAILABLE, Entity, OffsetStore, entity_key
+from .background import stop_task
 
 log = logging.getLogger("mqgw.registry")
 
@@ -71,13 +72,8 @@ class RegistryCopy:
         self._task = asyncio.create_task(self.run(), name="mqgw-registry-copy")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
 
     async def run(self) -> None:
         while True:

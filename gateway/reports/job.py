@@ -57,6 +57,14 @@ LINE_POINTS = 300  # at most this many points per line in the time charts
 HEAT_COLUMNS = 120  # at most this many time buckets in the heat map
 HEAT_ROWS = 30  # queues in the heat map
 RETIRED_CHARTS = ("topics",)  # charts/*.png of older versions, removed from an --out reused
+#: A local run over less than this many bytes of snapshot files is nearly all fixed cost: JIT
+#: compilation of Spark's own code, and code generation and adaptive re-planning of every query,
+#: which pay off only on large inputs. Such a run starts the JVM with the quick (C1) JIT only and
+#: the serial collector, and turns both off (issue 20, BENCHMARKS.md: 9,600 rows took 36 s of
+#: CPU instead of 105 s). ``--conf`` still overrides each setting.
+SMALL_INPUT_BYTES = 32 << 20
+SMALL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SMALL_INPUT_CONF = {"spark.sql.adaptive.enabled": "false", "spark.sql.codegen.wholeStage": "false"}
 LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")  # sc.setLogLevel's
 #: One JSON object per line, the shape of the gateway's own log lines (gateway/ops/logs.py):
 #: ts, level, logger, msg, exc (only with an exception).
@@ -124,8 +132,9 @@ def run(args: argparse.Namespace) -> int:
               "pip install 'mq-gateway[reports]'", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
+    small = opts["input_bytes"] is not None and opts["input_bytes"] < SMALL_INPUT_BYTES
     with tempfile.TemporaryDirectory(prefix="mqgw-report-") as tmp:  # the log4j2 file, read at start
-        spark = _session(args, Path(tmp))
+        spark = _session(args, Path(tmp), small)
     try:
         result = compute(spark, opts)
         if result is None:
@@ -134,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
         result["summary"]["spark"] = {"version": spark.version,
                                       "master": spark.sparkContext.master,
-                                      "app_id": spark.sparkContext.applicationId}
+                                      "app_id": spark.sparkContext.applicationId,
+                                      "small_input": small}
     finally:
         spark.stop()
     result["summary"]["elapsed_s"] = round(time.perf_counter() - t0, 3)
@@ -162,10 +172,12 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     stuck_after_ms = round(parse_duration(args.stuck_after) * 1000)
     idle_after_ms = round(parse_duration(args.idle_after) * 1000)
     local = inputs.local_dir(snapshots)
-    files = None if local is None else [str(f) for f in inputs.window_files(local, since, until)]
+    found = None if local is None else inputs.window_files(local, since, until)
     return {"snapshots": snapshots, "out": args.out, "since_ms": since, "until_ms": until,
             "top": args.top, "stuck_after_ms": stuck_after_ms, "idle_after_ms": idle_after_ms,
-            "files": files, "internal": _internal(args.include_internal)}
+            "files": None if found is None else [str(f) for f in found],
+            "input_bytes": None if found is None else sum(f.stat().st_size for f in found),
+            "internal": _internal(args.include_internal)}
 
 
 def _internal(included: bool) -> dict[str, Any]:
@@ -218,7 +230,7 @@ logger.jetty.level = warn
     return path
 
 
-def _session(args: argparse.Namespace, tmp: Path):
+def _session(args: argparse.Namespace, tmp: Path, small: bool = False):
     from pyspark.sql import SparkSession
 
     from gateway.reports import metrics as M
@@ -235,6 +247,10 @@ def _session(args: argparse.Namespace, tmp: Path):
         java_options = f"-Dlog4j2.configurationFile={_log4j2(tmp, args.log_level).as_uri()}"
     loopback = (args.master or "local").startswith("local") and not submitted and \
         "SPARK_LOCAL_IP" not in os.environ  # one process: no reason to listen beyond loopback
+    if small and not submitted and (args.master or "local").startswith("local"):
+        java_options = f"{java_options} {SMALL_JVM_OPTIONS}".strip()
+        for k, v in SMALL_INPUT_CONF.items():
+            b = b.config(k, v)
     if loopback:
         b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     for k, v in M.SPARK_CONF.items():
