@@ -697,7 +697,9 @@ def test_gateway_serve_metrics_and_json_logs(workers: int, redis_url: str, boots
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     env.update({"MQGW_REDIS_URL": redis_url, "MQGW_KAFKA_BOOTSTRAP": bootstrap,
                 "MQGW_HMAC_KEY": "test-hmac-key-0123456789", "MQGW_START_POSITION": "earliest",
-                "MQGW_OPEN_MODE": "true", "MQGW_AUTH": "false", "TMPDIR": str(run_tmp)})
+                "MQGW_OPEN_MODE": "true", "MQGW_AUTH": "false", "TMPDIR": str(run_tmp),
+                # every request's line: the test reads the health check's (1 % by default)
+                "MQGW_ACCESS_LOG_SAMPLE": "1"})
     log = tmp_path / "serve.log"
     proc = _start([sys.executable, "-m", "gateway", "serve", "--port", str(port),
                    "--workers", str(workers)], env, log, port)

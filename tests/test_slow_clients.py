@@ -88,9 +88,13 @@ def test_slow_and_silent_connections_are_dropped_while_the_node_keeps_answering(
     assert None not in slow, f"{slow.count(None)} of {SLOW} slow connections were never closed"
     assert None not in silent, f"{silent.count(None)} of 20 silent connections were never closed"
     assert codes and set(codes) == {200}, codes
+    # The head timeout ended them; not necessarily every one: on a loaded machine a worker's
+    # loop can lag past keep_alive_timeout_ms before it reads a new connection's first bytes,
+    # and the idle timer closes it first (uncounted; the code before issue 20 too: 287 and 1 of
+    # 300 with two runs side by side). That every one was closed is asserted above.
     metrics = httpx.get(f"{node.url}/metrics").text
     dropped = re.search(r'mqgw_connections_dropped_total\{reason="head_timeout"\} (\d+)', metrics)
-    assert dropped is not None and int(dropped.group(1)) >= SLOW
+    assert dropped is not None and int(dropped.group(1)) >= 1, metrics
 
 
 def test_connections_beyond_the_cap_get_a_clean_503(node_factory: Callable[..., Node]) -> None:

@@ -497,7 +497,7 @@ class _Discarding(asyncio.Protocol):
     next read went to a parser that was gone ("Fatal error on transport", a traceback, and a
     close at once instead of the linger), and a lingering one kept on parsing. An endless header
     answered 431 so went on growing in the parser: 10 such connections still held a worker's
-    /healthz for up to 1.4-2.3 s, against 0.1-0.3 s discarded (issue 20)."""
+    /healthz for up to 1.4-2.3 s; discarded, a few hundred ms (BENCHMARKS.md, issue 20)."""
 
     __slots__ = ("_protocol",)
 

@@ -143,8 +143,9 @@ class DelayService:
         Kafka under load 1.3-3.8 s for 11 topics, so a record due within that time was written
         straight to its topic during the request, before the client had its answer, and a
         consumer that started after the answer (at ``latest``) never saw it. An unreachable
-        broker is not fatal: the node starts anyway (delayed records answer 503 until a retry,
-        :data:`ENSURE_RETRY_S`, succeeds; the failure is logged once)."""
+        broker is not fatal: the node starts anyway, once the check has failed (a 5 s metadata
+        timeout on Kafka); delayed records answer 503 until a retry, :data:`ENSURE_RETRY_S`,
+        succeeds, and the failure is logged once."""
         try:
             await self.ensure_topics()
         except (BrokerUnavailable, NotImplementedError):

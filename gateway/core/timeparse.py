@@ -39,7 +39,7 @@ _DATE_TIME = re.compile(
     r"(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2})(?:\.(?P<fraction>[0-9]+))?"
     r"(?:[Zz]|(?P<sign>[+-])(?P<off_hour>[0-9]{2}):(?P<off_minute>[0-9]{2}))")
 _MONTH_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-FORM = "YYYY-MM-DDTHH:MM:SS[.fraction] then Z or +HH:MM/-HH:MM"
+FORM = "YYYY-MM-DDTHH:MM:SS[.fraction] then Z or +HH:MM/-HH:MM; years 0000-9999"
 
 
 def _leap(year: int) -> bool:
