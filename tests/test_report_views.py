@@ -239,6 +239,14 @@ def test_200_consumers_jittered_no_gap_and_legible(report_200) -> None:
         if not r["gone"]:
             assert r["production_rate"] is not None
     cons = pq.read_table(out / "consumers.parquet").to_pylist()
+    # never draining: a lag that grows while consumption stays below production; one that rose at
+    # an offset reset back (1% of the synthetic queues) and is read down faster is draining
+    queues = pq.read_table(out / "queues.parquet").to_pylist()
+    assert any(q["drain_status"] == "never" for q in queues)
+    for q in queues:
+        if q["drain_status"] == "never":
+            assert q["consumption_rate"] <= q["production_rate"] and q["lag_slope"] > 0, q
+    assert any(q["drain_status"] == "draining" and q["lag_slope"] > 0 for q in queues)
     for c in cons:  # every synthetic consumer reads one whole topic
         t = f"topic-{int(c['consumer'].split('-')[1]) % 40:03d}"
         assert c["production_rate"] == pytest.approx(topics[("kafka", t)], rel=1e-9)

@@ -33,8 +33,10 @@ Definitions (a *queue* is one (consumer, client_id, broker, topic, queue) series
   noise made a consumer at 101 % of production, lag 4, "never" on a partition read at 99 %):
   ``drained`` (lag 0); ``unknown`` (lag > 0, fewer than 3 samples: no trend to tell from noise);
   ``never`` (the lag grows: a slope beyond noise that added more than ``noise_lag`` over the
-  span, and the lag is above ``noise_lag`` now); ``draining`` (a slope beyond noise that took
-  more than ``noise_lag`` off); else ``steady`` (lag > 0 that neither grows nor shrinks beyond
+  span, the lag is above ``noise_lag`` now, and consumption is not above production);
+  ``draining`` (a slope beyond noise that took more than ``noise_lag`` off, or one that added it
+  while consumption is above production: the lag rose at a jump, such as an offset reset back,
+  and is being read down); else ``steady`` (lag > 0 that neither grows nor shrinks beyond
   noise: a consumer keeping pace with production, or a fixed backlog; see stuck for one that
   does not move at all).
 - ``drain_s``: 0 when drained; when draining, lag / (consumption_rate - production_rate), or
@@ -243,8 +245,11 @@ def queue_stats(rows: DataFrame, stuck_after_ms: int) -> DataFrame:
     # t >= TREND_T  <=>  r² (n - 2) >= T² (1 - r²); regr_r2 is 1 for a constant lag (slope 0)
     beyond_noise = (n >= 3) & (F.col("lag_r2") * (n - F.lit(2) + t2) >= t2)
     change = slope * span  # what the trend added over the span
-    growing = beyond_noise & (slope > 0) & (change > noise) & (lag > noise)
-    shrinking = beyond_noise & (slope < 0) & (-change > noise)
+    rose = beyond_noise & (slope > 0) & (change > noise) & (lag > noise)
+    # the rates say which way it goes from here: a lag that rose at a jump (an offset reset
+    # back) and is read down faster than produced drains
+    growing = rose & ~(cons > prod)
+    shrinking = (beyond_noise & (slope < 0) & (-change > noise)) | (rose & (cons > prod))
     stalled_ms = F.coalesce(F.col("last_ms") - F.col("blocked_since_ms"), F.lit(0))
     stuck_lock = F.coalesce(F.col("lock_age_ms") > F.col("lock_timeout_ms"), F.lit(False))
     return g.select(

@@ -437,11 +437,12 @@ partition's span in the window; a topic's is the sum over its partitions, a cons
 over the partitions it reads. Consumption is per consumer and never summed over readers when set
 against production.</dd>
 <dt>Time to drain</dt><dd>From the lag's trend, not from two noisy rates. <b>never</b>: the lag
-grows (a trend beyond noise that added more than one sample interval's production, and more
-than that is left). <b>draining</b>: it shrinks beyond noise; then lag ÷ (consumption −
-production). <b>steady</b>: neither, e.g. a consumer keeping up, caught a few messages behind
-at each sample. For a consumer or topic: never if any of its queues never drains, else its
-slowest draining queue.</dd>
+grows (a trend beyond noise that added more than one sample interval's production, more than
+that is left, and consumption is not above production). <b>draining</b>: it shrinks beyond
+noise, or it rose at a jump (an offset reset back) and consumption is above production; then
+lag ÷ (consumption − production). <b>steady</b>: neither, e.g. a consumer keeping up, caught a
+few messages behind at each sample. For a consumer or topic: never if any of its queues never
+drains, else its slowest draining queue.</dd>
 <dt>Stuck</dt><dd>Lag &gt; 0 while the committed offset stayed the same for more than {stuck},
 measured up to the last sample; or the last sample's lock age exceeds the consume timeout.</dd>
 <dt>Idle</dt><dd>No poll (<code>/message</code>, whatever it returned), lock or commit within
