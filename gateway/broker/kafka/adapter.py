@@ -524,14 +524,23 @@ class KafkaBroker(Broker):
         return await asyncio.get_running_loop().run_in_executor(self._group_executor, fn, *args)
 
     async def save_offsets(self, group: str, topic: str, offsets: dict[str, int]) -> None:
+        # On the first fetch of a new queue too (core/checkpoint.py writes its start position
+        # first): a new cluster's coordinators answer "moving" for a moment, as in load_offsets.
         tps = [TopicPartition(topic, int(q), off) for q, off in offsets.items()]
-        try:
-            done = await self._run_group(self._commit, group, tps)
-        except KafkaException as e:
-            raise BrokerUnavailable(f"saving offsets of group {group}: {e}") from None
-        failed = [tp for tp in done or [] if tp.error is not None]
-        if failed:
-            raise BrokerUnavailable(f"saving offsets of group {group}: {failed[0].error}")
+        for delay in (*_COORDINATOR_RETRY_S, None):
+            try:
+                done = await self._run_group(self._commit, group, tps)
+            except KafkaException as e:
+                if delay is None or e.args[0].code() not in _COORDINATOR_MOVING:
+                    raise BrokerUnavailable(f"saving offsets of group {group}: {e}") from None
+                await asyncio.sleep(delay)
+                continue
+            failed = [tp for tp in done or [] if tp.error is not None]
+            if not failed:
+                return
+            if delay is None or failed[0].error.code() not in _COORDINATOR_MOVING:
+                raise BrokerUnavailable(f"saving offsets of group {group}: {failed[0].error}")
+            await asyncio.sleep(delay)
 
     async def load_offsets(self, group: str, topic: str,
                            queues: list[str] | None = None) -> dict[str, int]:
