@@ -1,21 +1,20 @@
-# mq-gateway: `make run` starts everything locally, `make test` runs the suite (`make test-fast`: all
-# but the tests marked slow), `make lint` runs ruff, mypy and the import contracts, `make bench` measures.
+# mq-gateway: `make run` starts everything locally, `make test` runs the suite (`make test-fast`: the
+# unit tests and a smoke test), `make lint` runs ruff, mypy and the import contracts (`make format`
+# applies ruff's safe fixes), `make bench` measures.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 APT_GET := $(shell [ "$$(id -u)" = 0 ] && echo apt-get || echo sudo apt-get)
 
-.PHONY: run test test-tansu test-kafka test-fast test-deps bench soak deps system lint clean
+.PHONY: run test test-unit test-tansu test-kafka test-fast test-deps bench soak deps system lint format clean
 
 deps: system $(STAMP)
 
-# Debian packages `make run` needs: redis-server, venv support for python3, and Java with Maven
-# (Apache Kafka, the default broker of `make run`, is started from its Maven Central jars).
+# Debian packages `make run` needs: redis-server, and Java with Maven (Apache Kafka, the default
+# broker of `make run`, is started from its Maven Central jars). Venv support for python3 comes
+# with the venv itself, so that `make lint` needs nothing else.
 system:
-	@$(PY) -c "import ensurepip, venv" >/dev/null 2>&1 || { \
-	  echo "installing python3-venv (Debian package)"; \
-	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq python3-venv >/dev/null; }
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "installing redis-server (Debian package)"; \
 	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq redis-server >/dev/null; \
@@ -44,6 +43,9 @@ test-deps: deps
 	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq golang-go >/dev/null; }
 
 $(BIN)/python:
+	@$(PY) -c "import ensurepip, venv" >/dev/null 2>&1 || { \
+	  echo "installing python3-venv (Debian package)"; \
+	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq python3-venv >/dev/null; }
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
@@ -54,35 +56,50 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: deps
 	$(BIN)/python -m gateway dev
 
-# The suite twice: on Tansu (the stand-in that starts in milliseconds) and on Apache Kafka from its
-# Maven jars (the reference). Both passes run, so one failing does not hide the other's results.
-# With KAFKA_BOOTSTRAP set (an external broker) it runs once, against that broker.
+# The tests are in three folders (tests/conftest.py): tests/unit runs in process (fakeredis with
+# the real Lua scripts, the memory broker), tests/system starts processes, tests/support is shared.
+# `make test`: the unit tests; every system test on Apache Kafka from its Maven jars (the
+# reference broker); then on Tansu (the stand-in that starts in milliseconds) the system tests
+# marked every_broker, which prove the broker adapter: the rest does not depend on the broker, so
+# it runs once. All passes run, so one failing does not hide the others' results. With
+# KAFKA_BOOTSTRAP set (an external broker) it runs once, everything, against that broker.
 test: test-deps
 	@if [ -n "$$KAFKA_BOOTSTRAP" ]; then $(BIN)/python -m pytest -q $(PYTEST_ARGS); exit $$?; fi; \
 	rc=0; \
-	echo "== the suite on Tansu"; $(MAKE) --no-print-directory test-tansu || rc=1; \
-	echo "== the suite on Apache Kafka"; $(MAKE) --no-print-directory test-kafka || rc=1; \
+	echo "== unit tests (in process)"; $(MAKE) --no-print-directory test-unit || rc=1; \
+	echo "== system tests on Apache Kafka"; $(MAKE) --no-print-directory test-kafka || rc=1; \
+	echo "== system tests of the broker adapter on Tansu"; $(MAKE) --no-print-directory test-tansu || rc=1; \
 	exit $$rc
 
-test-tansu: test-deps
-	MQGW_TEST_BROKER=tansu $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+# schemathesis' and hypothesis' pytest plugins take seconds to import; no unit test uses them.
+UNIT_PYTEST := -p no:cacheprovider -p no:schemathesis -p no:hypothesispytest
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q $(UNIT_PYTEST) tests/unit $(PYTEST_ARGS)
 
 test-kafka: test-deps
-	MQGW_TEST_BROKER=kafka $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	MQGW_TEST_BROKER=kafka $(BIN)/python -m pytest -q -p no:cacheprovider tests/system $(PYTEST_ARGS)
 
-# The inner loop: everything but the tests marked slow (Spark, Chromium, Redis Cluster, volume and
-# multi-node timing tests, 30 s long polls; see the marker in pyproject.toml): about two and a half minutes on
-# an idle 2-core machine.
-test-fast: test-deps
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+test-tansu: test-deps
+	MQGW_TEST_BROKER=tansu $(BIN)/python -m pytest -q -p no:cacheprovider -m every_broker tests/system $(PYTEST_ARGS)
+
+# The inner loop: the unit tests and one system smoke test (two nodes, Redis, Tansu).
+test-fast: deps
+	$(BIN)/python -m pytest -q $(UNIT_PYTEST) tests/unit tests/system/test_smoke.py $(PYTEST_ARGS)
 
 # All three run, so one failing does not hide what the others find; configured in pyproject.toml.
-lint: deps
+# Only the venv is needed (no apt-get: no redis-server, Java or Maven).
+lint: $(STAMP)
 	@rc=0; \
 	echo "ruff check"; $(BIN)/ruff check . || rc=1; \
 	echo "mypy"; $(BIN)/mypy || rc=1; \
 	echo "lint-imports"; $(BIN)/lint-imports || rc=1; \
 	exit $$rc
+
+# ruff's safe fixes (import order, pyupgrade, ...). Not `ruff format`: the code is laid out by
+# hand (tables, aligned arguments), and `ruff format` would rewrite most files.
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
 
 bench: deps
 	$(BIN)/python bench/run.py $(BENCH_ARGS)

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from gateway.broker.kafka.adapter import KafkaBroker
+from gateway.broker.kafka.clients import common_conf, consumer_conf
 from gateway.cli import devstack
 from gateway.cli.kafka_dist import start_kafka
 
@@ -37,7 +37,7 @@ def main() -> None:
             for _ in range(10):
                 p.produce(t, b"x", partition=0)
         p.flush()
-        c = Consumer(KafkaBroker(bs)._consumer_conf())
+        c = Consumer(consumer_conf(common_conf(bs, None), max_batch=1000))  # the adapter's defaults
         for rnd in range(2):
             for t in topics:
                 t0 = time.monotonic()

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.broker.kafka.adapter import KafkaBroker  # noqa: E402
+from gateway.broker.kafka import KafkaBroker  # noqa: E402
 from gateway.cli import devstack  # noqa: E402
 from gateway.config import Settings  # noqa: E402
 from gateway.core.checkpoint import Checkpoints  # noqa: E402
@@ -108,8 +108,8 @@ def main() -> int:
                     help="checkpoint-group consumers kept open (default: the adapter's)")
     args = ap.parse_args()
     if args.group_cache:
-        from gateway.broker.kafka import adapter
-        adapter._GROUP_CONSUMERS = args.group_cache
+        from gateway.broker.kafka import groups
+        groups._GROUP_CONSUMERS = args.group_cache
     redis_svc = devstack.start_redis()
     if args.broker == "kafka":
         from gateway.cli.kafka_dist import start_kafka

@@ -35,9 +35,10 @@ async def main(which: str, url: str) -> None:
         from gateway.requestid import RequestIdCodec  # type: ignore[import-not-found]
         from gateway.watermarks import Watermarks  # type: ignore[import-not-found]
     else:
-        from gateway.api.wire import fetched_body
+        from gateway.api.consume_wire import fetched_body
         from gateway.core.auth import Authorizer, KeyStore
-        from gateway.core.consume import ConsumeService, FetchParams
+        from gateway.core.consume import ConsumeService
+        from gateway.core.fetch import FetchParams
         from gateway.core.requestid import RequestIdCodec
         from gateway.core.watermarks import Watermarks
     from gateway.store import OffsetStore

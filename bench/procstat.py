@@ -1,4 +1,5 @@
-"""CPU accounting from /proc: who used the 2 cores during a measured window.
+"""CPU accounting from /proc: who used the 2 cores during a measured window, and what a
+command's whole process tree used (:func:`run_tree`).
 
 The machine is shared, so every phase also records how busy the whole machine was
 and how much of that was *not* ours (other people's tests), which says how far a
@@ -8,9 +9,14 @@ figure can be trusted.
 from __future__ import annotations
 
 import os
+import subprocess
+import tempfile
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 _TICK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -107,3 +113,59 @@ def usage(a: CpuSnapshot, b: CpuSnapshot, wall: float) -> dict[str, float]:
     out["machine_busy_pct_of_all_cores"] = round(machine / ncpu, 1)
     out["others_pct_of_one_core"] = round(max(0.0, machine - ours), 1)
     return out
+
+
+def tree(root: int) -> dict[int, tuple[float, int]]:
+    """``root`` and every descendant alive now (a JVM that a child started is a grandchild): pid
+    -> (its own CPU seconds, user + system; its resident bytes), read from /proc/*/stat."""
+    parent: dict[int, int] = {}
+    stat: dict[int, tuple[float, int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            parent[int(d)] = int(fields[1])
+            stat[int(d)] = ((int(fields[11]) + int(fields[12])) / _TICK,  # utime + stime
+                            int(fields[21]) * _PAGE)
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = set(), [root]
+    while todo:
+        p = todo.pop()
+        found.add(p)
+        todo += [c for c, pp in parent.items() if pp == p and c not in found]
+    return {p: stat[p] for p in found if p in stat}
+
+
+@dataclass
+class TreeRun:
+    """A command run to its end with its process tree polled: the CPU time counts each process
+    once, at its last poll (not its children's cutime too); the peak is of the whole tree's RSS."""
+
+    done: subprocess.CompletedProcess[str]
+    wall_s: float
+    cpu_s: float
+    peak_rss: int
+
+
+def run_tree(cmd: list[str], cwd: Path, env: dict[str, str], poll_s: float) -> TreeRun:
+    """Run ``cmd`` to its end, reading its process tree every ``poll_s`` seconds."""
+    cpu: dict[int, float] = {}
+    peak = 0
+    t = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err)
+        while p.poll() is None:
+            now = tree(p.pid)
+            for pid, (s, _) in now.items():
+                cpu[pid] = max(cpu.get(pid, 0.0), s)
+            peak = max(peak, sum(rss for _, rss in now.values()))
+            time.sleep(poll_s)
+        wall = time.perf_counter() - t
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(cmd, p.returncode, out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
+    return TreeRun(done, wall, sum(cpu.values()), peak)

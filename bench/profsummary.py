@@ -13,7 +13,10 @@ from __future__ import annotations
 import argparse
 import re
 from collections import Counter
+from pathlib import Path
 
+#: Paths are shown from these on: installed packages, the standard library, this checkout.
+_MARKERS = ("site-packages/", "/lib/python3", f"{Path(__file__).resolve().parent.parent}/")
 _FRAME = re.compile(r"^(?P<fn>.*?) \((?P<file>[^():]+)(?::\d+)?\)$")
 
 
@@ -22,7 +25,7 @@ def frame_name(frame: str) -> str:
     if not m:
         return frame.strip()
     path = m.group("file")
-    for marker in ("site-packages/", "/lib/python3", "/work/main/"):
+    for marker in _MARKERS:
         if marker in path:
             path = path.split(marker, 1)[1]
     return f"{m.group('fn')} ({path})"

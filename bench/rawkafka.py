@@ -7,7 +7,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-#: The gateway's producer settings (gateway/broker/kafka.py KafkaBroker.start), so that the
+#: The gateway's producer settings (gateway/broker/kafka/clients.py, producer_conf), so that the
 #: raw figure and the HTTP figure pay for the same acks/idempotence/linger.
 GATEWAY_PRODUCER = {
     "acks": "all",

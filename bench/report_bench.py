@@ -32,50 +32,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import procstat  # noqa: E402
 from gateway.reports import synth  # noqa: E402
 
 
 def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def _tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and all its descendants (the JVM is a grandchild), from /proc."""
-    parent: dict[int, int] = {}
-    rss: dict[int, int] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            parent[int(d)] = int(fields[1])
-            rss[int(d)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, IndexError, ValueError):
-            continue
-    tree, todo = set(), [root]
-    while todo:
-        p = todo.pop()
-        tree.add(p)
-        todo += [c for c, pp in parent.items() if pp == p and c not in tree]
-    return sum(rss.get(p, 0) for p in tree)
-
-
-def _run_sampled(cmd: list[str], env: dict) -> tuple[subprocess.CompletedProcess, float, int]:
-    """Run ``cmd``; return it, its wall time and the peak RSS of its process tree (0.5 s polls)."""
-    t = time.perf_counter()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err)
-        peak = 0
-        while p.poll() is None:
-            peak = max(peak, _tree_rss(p.pid))
-            time.sleep(0.5)
-        wall = time.perf_counter() - t
-        out.seek(0)
-        err.seek(0)
-        done = subprocess.CompletedProcess(cmd, p.returncode, out.read().decode(errors="replace"),
-                                           err.read().decode(errors="replace"))
-    return done, wall, peak
 
 
 def _machine() -> dict:
@@ -123,7 +85,8 @@ def run_one(rows: int, a: argparse.Namespace, base: Path) -> dict:
            "--master", a.master, "--driver-memory", a.driver_memory, "--top", "10",
            "--conf", "spark.ui.enabled=false", *(x for c in a.conf for x in ("--conf", c))]
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    p, wall, peak = _run_sampled(cmd, env)
+    r = procstat.run_tree(cmd, ROOT, env, poll_s=0.5)
+    p, wall, peak = r.done, r.wall_s, r.peak_rss
     if p.returncode != 0:
         raise SystemExit(f"report failed ({p.returncode}):\n{p.stdout}\n{p.stderr[-4000:]}")
     summary = json.loads((out / "summary.json").read_text())

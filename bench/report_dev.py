@@ -5,8 +5,9 @@ snapshots: two user topics and the gateway's 45 delay levels and a retry topic) 
 minutes, and a window without a sample took 1 min 39 s to say so. This writes that data set
 (:func:`gateway.reports.synth.generate_dev`) and runs the real command on it in a child process,
 ``--runs`` times per case, recording the wall time and the CPU time (user + system) of the whole
-process tree (the JVM is a grandchild), read from /proc. CPU time is the figure to compare on a
-shared machine: it does not grow when other processes take the cores, wall time does.
+process tree (the JVM is a grandchild), read from /proc (:func:`procstat.run_tree`). CPU time is
+the figure to compare on a shared machine: it does not grow when other processes take the cores,
+wall time does.
 
     .venv/bin/python bench/report_dev.py                      # report, and a window without samples
     .venv/bin/python bench/report_dev.py --runs 3 --case report --conf spark.sql.adaptive.enabled=false
@@ -21,61 +22,24 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import procstat  # noqa: E402
 from gateway.reports import synth  # noqa: E402
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _tree_cpu(root: int, seen: dict[int, float]) -> None:
-    """Record the CPU seconds (user + system, its own) of ``root`` and every descendant alive
-    now into ``seen`` (pid -> latest figure). Children's figures are not added to their parent's
-    (cutime): each process counts once, from its last poll (0.2 s apart)."""
-    parent: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            parent[int(d)] = int(fields[1])
-            cpu[int(d)] = (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
-        except (OSError, IndexError, ValueError):
-            continue
-    tree, todo = set(), [root]
-    while todo:
-        p = todo.pop()
-        tree.add(p)
-        todo += [c for c, pp in parent.items() if pp == p and c not in tree]
-    for p in tree:
-        if p in cpu:
-            seen[p] = max(seen.get(p, 0.0), cpu[p])
 
 
 def run(cmd: list[str], src: Path = ROOT) -> dict:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     env.pop("PYSPARK_GATEWAY_PORT", None)
-    seen: dict[int, float] = {}
-    t = time.perf_counter()
-    with tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(cmd, cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=err)
-        while p.poll() is None:
-            _tree_cpu(p.pid, seen)
-            time.sleep(0.2)
-        wall = time.perf_counter() - t
-        err.seek(0)
-        tail = err.read().decode(errors="replace")[-2000:]
-    return {"rc": p.returncode, "wall_s": round(wall, 2),
-            "cpu_s": round(sum(seen.values()), 2), "stderr_tail": tail if p.returncode else ""}
+    r = procstat.run_tree(cmd, src, env, poll_s=0.2)
+    rc = r.done.returncode
+    return {"rc": rc, "wall_s": round(r.wall_s, 2), "cpu_s": round(r.cpu_s, 2),
+            "stderr_tail": r.done.stderr[-2000:] if rc else ""}
 
 
 def main() -> int:

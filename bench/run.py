@@ -26,7 +26,7 @@ minimal keep-alive HTTP/1.1 client (bench/httpc.py); its connections are spread 
 over the gateway's workers (--no-balance: as the shared accept socket deals them).
 Results: a table on stdout and JSON in bench/results/latest.json (plus a timestamped
 copy). --profile adds py-spy and perf profiles of every phase; --gateway-src DIR serves
-another copy of the gateway package (e.g. with bench/experiments/*.patch applied).
+another copy of the gateway package (e.g. an earlier commit's, for a before/after figure).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -54,10 +53,11 @@ sys.path.insert(0, str(ROOT))
 import delay as bench_delay  # noqa: E402
 import procstat  # noqa: E402
 import rawkafka  # noqa: E402
+import runargs  # noqa: E402
 from gateway.cli import devstack  # noqa: E402
 from gateway.cli.main import _serve_cmd  # noqa: E402
 
-RESULTS = HERE / "results"
+RESULTS = runargs.RESULTS
 BACKLOG_TOPIC = "bench-backlog"
 PRODUCE_TOPIC = "bench-produce"  # a fresh topic per produce phase (-p1, -p100), so that what one
                                  # phase left in the broker does not slow the next one down
@@ -274,40 +274,6 @@ def perf_summary(data: Path, out: Path) -> None:
                            stderr=subprocess.DEVNULL, timeout=120)
 
 
-def git_head(src: Path) -> str:
-    """The commit and whether gateway/ differs from it (read-only git commands)."""
-    try:
-        git = ["git", "--no-optional-locks", "-C", str(src)]
-        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run([*git, "status", "--porcelain", "--", "gateway"], capture_output=True,
-                               text=True, timeout=10).stdout.strip()
-        return f"{head}{' (gateway/ modified)' if dirty else ''}" if head else "not a git checkout"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def machine_info() -> dict[str, Any]:
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpuinfo = f.read().splitlines()
-        for line in cpuinfo:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import confluent_kafka
-    import starlette
-    import uvicorn
-    return {"cpus": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
-            "python": platform.python_version(), "loadavg_at_start": list(os.getloadavg()),
-            "mem_total_mb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20,
-            "confluent_kafka": confluent_kafka.__version__, "librdkafka": confluent_kafka.libversion()[0],
-            "uvicorn": uvicorn.__version__, "starlette": starlette.__version__}
-
-
 def configure_consumer(port: int, group: str) -> None:
     """Start the bench consumer at the earliest offset (the pre-registry API for old sources)."""
     status, body = http_json(port, "PATCH", f"/admin/consumers/{group}", {"start": "earliest"})
@@ -497,9 +463,7 @@ def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases:
     res["raw"]["consume"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
     print(f"raw consume: {res['raw']['consume']['records_per_s']:,.0f} msgs/s", flush=True)
 
-    src = Path(args.gateway_src).resolve()
-    if not any((src / "gateway" / f).exists() for f in ("api/app.py", "app.py")):
-        raise SystemExit(f"--gateway-src {src}: no gateway package there")
+    src = runargs.gateway_src(args)
     gw, workers = start_gateway(stack, redis.extra["url"], bs, args.workers, extra_env, src)
     nr, nr_workers = start_noopredis(stack, redis.extra["url"], args.workers)
     print(f"gateway ({src}/gateway) on 127.0.0.1:{gw.port}, master {gw.proc.pid}, workers {workers}",
@@ -507,7 +471,7 @@ def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases:
     named = {"redis": redis.proc.pid, "broker": broker.proc.pid, "gateway_master": gw.proc.pid,
              **{f"worker{i + 1}": p for i, p in enumerate(workers)}}
     res["gateway"] = {"port": gw.port, "cmd": _serve_cmd("127.0.0.1", gw.port, args.workers),
-                      "workers": workers, "src": str(src), "git_head": git_head(src)}
+                      "workers": workers, "src": str(src), "git_head": runargs.git_head(src)}
 
     common = {"port": gw.port, "concurrency": args.concurrency, "duration": args.duration,
               "warmup": args.warmup, "balance": [] if args.no_balance else workers}
@@ -616,68 +580,56 @@ def report_both(full: dict[str, Any]) -> str:
 
 # -- main ----------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = runargs.parser(
+        __doc__, out=RESULTS / "latest.json", workers_help="uvicorn workers (2)",
+        env_help="extra environment for the gateway, e.g. MQGW_FETCH_POOL_SIZE=16",
+        src_help="serve the gateway package found in DIR (default: this checkout), e.g. an earlier"
+                 " commit's: git archive <commit> gateway | tar -x -C DIR")
     ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per phase (10)")
     ap.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each phase (2)")
     ap.add_argument("--concurrency", type=int, default=16, help="connections / consumers (16)")
     ap.add_argument("--partitions", type=int, default=16, help="partitions of the bench topics (16)")
     ap.add_argument("--prefill", type=int, default=6_000_000,
                     help="records pre-filled through the raw producer; also the raw produce figure")
-    ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--paced-rate", type=int, default=40_000, help="offered records/s of phase f32r")
     ap.add_argument("--delay-rate", type=int, default=10_000,
                     help="offered delayed records/s of phase delayr")
     ap.add_argument("--max-delay-ms", type=int, default=60_000,
                     help="phase delay: records are delayed by a random 0..this (an hour scaled "
                          "down 60 times, with the levels scaled likewise: bench/delay.py)")
-    ap.add_argument("--workers", type=int, default=2, help="uvicorn workers (2)")
     ap.add_argument("--phases", default="noop,noopredis,p1,p100,f32,f1000,f32pb,f32r,delay,delayr")
     ap.add_argument("--broker", choices=("tansu", "kafka", "both"), default="both",
                     help="the broker(s) to measure, one after the other in this run (both)")
     ap.add_argument("--no-balance", action="store_true",
                     help="open the connections all at once and let the workers' shared accept decide"
                          " (often 16/0); by default they are spread evenly over the workers")
-    ap.add_argument("--gateway-env", action="append", default=[], metavar="K=V",
-                    help="extra environment for the gateway, e.g. MQGW_FETCH_POOL_SIZE=16")
     ap.add_argument("--profile", action="store_true",
                     help="during each phase, py-spy record every worker and (if installed) perf record"
                          " the workers, redis and the broker, into bench/results/profile-<time>/"
                          " (slows the gateway a little: do not compare these numbers)")
-    ap.add_argument("--gateway-src", default=str(ROOT), metavar="DIR",
-                    help="serve the gateway package found in DIR (default: this checkout), e.g. a copy"
-                         " with bench/experiments/*.patch applied")
     ap.add_argument("--secure", action="store_true",
                     help="run as production does: API keys required, every consumer and producer "
                          "registered, and each consumer rate-limited (far above what it reaches, so "
                          "the token bucket runs on every /message without ever refusing)")
-    ap.add_argument("--out", default=str(RESULTS / "latest.json"))
     args = ap.parse_args(argv)
     phases = [p for p in args.phases.split(",") if p]
     mode = {"MQGW_AUTH": "true", "MQGW_OPEN_MODE": "false"} if args.secure else \
         {"MQGW_AUTH": "false", "MQGW_OPEN_MODE": "true"}
     mode["MQGW_HMAC_KEY"] = "bench-" + os.urandom(16).hex()  # auth refuses the public default
-    extra_env = {**mode, **dict(kv.split("=", 1) for kv in args.gateway_env)}
+    extra_env = runargs.gateway_env(args, mode)
 
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    stamp = runargs.stamp()
     profile_dir = None
     if args.profile:
         profile_dir = RESULTS / f"profile-{stamp}"
         profile_dir.mkdir(parents=True, exist_ok=True)
 
-    res: dict[str, Any] = {
-        "started": dt.datetime.now().isoformat(timespec="seconds"),
-        "command": " ".join([os.path.relpath(sys.executable, ROOT), *sys.argv]),
-        "machine": machine_info(),
-        "config": {**{k: v for k, v in vars(args).items() if k != "out"}, "gateway_env": extra_env,
-                   "mqgw_env_inherited": {k: v for k, v in os.environ.items() if k.startswith("MQGW_")}},
-    }
+    res = runargs.record(args, dt.datetime.now())
+    res["config"].update(gateway_env=extra_env, mqgw_env_inherited={
+        k: v for k, v in os.environ.items() if k.startswith("MQGW_")})
     res["brokers"] = {}
     stack = Stack()
-
-    def on_term(signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
+    runargs.stop_on_sigterm()
     t_start = time.monotonic()
     brokers = ["tansu", "kafka"] if args.broker == "both" else [args.broker]
     try:
@@ -692,10 +644,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stack.stop()
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(res, indent=2)
-    out.write_text(text)
-    (out.parent / f"run-{stamp}.json").write_text(text)
+    runargs.write(res, out, f"run-{stamp}.json")
     print()
     print(report_both(res))
     print(f"\nwall time {res['wall_s']} s; JSON: {os.path.relpath(out, ROOT)} (+ run-{stamp}.json)")

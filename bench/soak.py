@@ -31,7 +31,7 @@ flight are at steady state after ``--max-delay-s``) and fails (exit 1) when:
 Duplicates are counted and explained (the same offset delivered again, or two copies in the
 broker: written twice by the relay, or by a produce), not judged; so is worker RSS (MB/hour).
 ``--sizing`` (on by default) then measures what Redis holds per consumer, per queue and per
-cancel mark (README, Operations: Redis sizing). Output: a table (``--json``: the JSON instead);
+cancel mark (docs/redis.md, Redis sizing). Output: a table (``--json``: the JSON instead);
 the JSON is also written to bench/results/soak-latest.json (and a timestamped copy). Not part
 of the test suite.
 """
@@ -42,10 +42,8 @@ import argparse
 import asyncio
 import datetime as dt
 import heapq
-import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -66,6 +64,7 @@ import uvloop  # noqa: E402
 
 import httpc  # noqa: E402
 import run as bench_run  # noqa: E402
+import runargs  # noqa: E402
 from gateway.cli import devstack  # noqa: E402
 
 TOPIC = "soak"
@@ -97,8 +96,8 @@ def start_node(stack: bench_run.Stack, name: str, redis_url: str, bootstrap: str
     """One gateway node through run.py's start_gateway; its log is renamed to ``<name>.log`` (the
     node keeps writing to it), so that the next node's log does not truncate this one's."""
     svc, pids = bench_run.start_gateway(stack, redis_url, bootstrap, workers, env, src)
-    log = bench_run.RESULTS / f"soak-{name}.log"
-    os.replace(bench_run.RESULTS / "gateway.log", log)
+    log = runargs.RESULTS / f"soak-{name}.log"
+    os.replace(runargs.RESULTS / "gateway.log", log)
     return {"name": name, "port": svc.port, "master": svc.proc.pid,
             "workers": pids or [svc.proc.pid], "log": os.path.relpath(log, ROOT)}
 
@@ -761,12 +760,15 @@ def summary(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = runargs.parser(
+        __doc__, out=runargs.RESULTS / "soak-latest.json", workers_help="uvicorn workers per node (2)",
+        env_help="extra environment for the gateway nodes",
+        src_help="serve the gateway package found in DIR (default: this checkout), e.g. an earlier"
+                 " commit's: git archive <commit> gateway | tar -x -C DIR")
     ap.add_argument("--minutes", type=float, default=5.0, help="minutes of load (5)")
     ap.add_argument("--broker", choices=("tansu", "kafka"), default="kafka")
     ap.add_argument("--rate", type=float, default=1000.0, help="records/s offered (1000)")
     ap.add_argument("--batch", type=int, default=20, help="records per POST /produce (20)")
-    ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--delayed-pct", type=float, default=10.0, help="%% of records delayed (10)")
     ap.add_argument("--max-delay-s", type=int, default=20, help="delays are random 0..this (20)")
     ap.add_argument("--nack-pct", type=float, default=1.0, help="%% of first deliveries nacked (1)")
@@ -774,7 +776,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cancel-pct", type=float, default=1.0,
                     help="%% of the records delayed by 5 s or more that are cancelled (1)")
     ap.add_argument("--partitions", type=int, default=8, help="partitions of the soak topic (8)")
-    ap.add_argument("--workers", type=int, default=2, help="uvicorn workers per node (2)")
     ap.add_argument("--producers", type=int, default=16,
                     help="producer connections, spread over the nodes; each sends a batch every "
                          "producers x batch / rate seconds (16: 320 ms at the defaults)")
@@ -800,47 +801,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizing-consumers", type=int, default=10,
                     help="consumers per topic in the sizing (MEMORY USAGE is exact: a few suffice)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--gateway-env", action="append", default=[], metavar="K=V",
-                    help="extra environment for the gateway nodes")
-    ap.add_argument("--gateway-src", default=str(ROOT), metavar="DIR",
-                    help="serve the gateway package found in DIR (as bench/run.py), e.g. an earlier "
-                         "commit's: git archive <commit> gateway | tar -x -C DIR")
     ap.add_argument("--json", action="store_true", help="print the JSON result instead of the table")
-    ap.add_argument("--out", default=str(bench_run.RESULTS / "soak-latest.json"))
     args = ap.parse_args(argv)
 
-    env = {"MQGW_AUTH": "false", "MQGW_OPEN_MODE": "true", "MQGW_RELAY": "true",
-           "MQGW_HMAC_KEY": "soak-" + os.urandom(16).hex(), "MQGW_ACCESS_LOG": "false"}
+    base = {"MQGW_AUTH": "false", "MQGW_OPEN_MODE": "true", "MQGW_RELAY": "true",
+            "MQGW_HMAC_KEY": "soak-" + os.urandom(16).hex(), "MQGW_ACCESS_LOG": "false"}
     if args.broker == "tansu":  # Tansu's tail race: holes are looked at twice (as run.py)
-        env["MQGW_GAP_RECHECK_MS"] = "30"
-    env.update(dict(kv.split("=", 1) for kv in args.gateway_env))
+        base["MQGW_GAP_RECHECK_MS"] = "30"
+    env = runargs.gateway_env(args, base)
     prefix = env.get("MQGW_KEY_PREFIX", os.environ.get("MQGW_KEY_PREFIX", "mqgw"))
-    src = Path(args.gateway_src).resolve()
-    if not (src / "gateway" / "api" / "app.py").exists():
-        raise SystemExit(f"--gateway-src {src}: no gateway package there")
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    res: dict[str, Any] = {
-        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join([os.path.relpath(sys.executable, ROOT), *sys.argv]),
-        "machine": bench_run.machine_info(),
+    src = runargs.gateway_src(args)
+    stamp = runargs.stamp()
+    res = runargs.record(args, dt.datetime.now(dt.UTC))
+    res.update({
         "uptime_at_start": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-        "gateway_src": str(src), "git_head": bench_run.git_head(src),
-        "config": {k: v for k, v in vars(args).items() if k != "out"}, "gateway_env": env,
-    }
+        "gateway_src": str(src), "git_head": runargs.git_head(src), "gateway_env": env,
+    })
     stack = bench_run.Stack()
     out = Path(args.out)
 
     def save() -> str:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(res, indent=2)
-        out.write_text(text)
-        (out.parent / f"soak-{stamp}.json").write_text(text)
-        return text
+        return runargs.write(res, out, f"soak-{stamp}.json")
 
-    def on_term(signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_term)
+    runargs.stop_on_sigterm()
     log = (lambda *_: None) if args.json else (lambda *a: print(*a, flush=True))
     try:
         rsvc = stack.add(devstack.start_redis())

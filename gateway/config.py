@@ -112,8 +112,8 @@ class Settings:
     #: Pause before re-fetching when a read starts above the requested offset; 0 trusts the
     #: broker. On Apache Kafka such a hole below the high watermark is compaction, transaction
     #: markers or aborted records, and is final. Tansu needs 30: a fetch racing producers at
-    #: its tail can skip records that become readable a moment later (../shared/notes), and
-    #: ``mqgw dev --broker tansu`` sets it so.
+    #: its tail can skip records that become readable a moment later (docs/delivery-semantics.md,
+    #: "Holes are the broker's word"), and ``mqgw dev --broker tansu`` sets it so.
     gap_recheck_ms: int = 0
     #: How long a produce waits for the broker's acknowledgement.
     produce_timeout_ms: int = 30_000
@@ -291,7 +291,7 @@ def _convert(name: str, kind: Any, raw: Any) -> Any:
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True,
           "0": False, "false": False, "no": False, "off": False}
 
-#: Settings also accepted without the MQGW_ prefix, as the README promises.
+#: Settings also accepted without the MQGW_ prefix, as docs/configuration.md promises.
 _BARE_ENV = {"redis_url", "kafka_bootstrap", "kafka_config"}
 
 

@@ -1,7 +1,16 @@
 """Test harness: a real redis-server, the real broker, and gateway nodes as uvicorn processes.
 
-``REDIS_URL`` / ``KAFKA_BOOTSTRAP`` point the suite at external services instead.
-Every process started here is stopped here, and all traffic stays on loopback.
+The folders say what a test needs: ``tests/unit`` runs in process (fakeredis with the real Lua
+scripts, the in-package memory broker; its own conftest), ``tests/system`` starts processes
+(through the fixtures below, each started only when a test asks for it), ``tests/support`` is
+the shared code. ``REDIS_URL`` / ``KAFKA_BOOTSTRAP`` point the suite at external services
+instead. Every process started here is stopped here, and all traffic stays on loopback.
+
+Markers, so that what does not depend on the broker runs once (see the Makefile's test targets):
+a test that uses a broker (the ``bootstrap`` fixture, directly or through a node) is marked
+``broker`` here; a module that proves the broker adapter itself (produce, reads, delays,
+retries, checkpoints, topics, a broker going away) is marked ``every_broker`` and runs on each
+broker; everything else runs on the reference broker (Apache Kafka) only.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ import redis
 
 from gateway.cli import devstack
 
-from .helpers import TEST_BROKER, Api, Node, Secure, start_node, start_secure, unique
+from .support import TEST_BROKER, Api, Node, Secure, start_node, start_secure, unique
 
 
 @pytest.fixture(scope="session")
@@ -125,3 +134,27 @@ def sec(redis_url: str, bootstrap: str, tmp_path_factory: pytest.TempPathFactory
         s.http.close()
         for n in s.nodes:
             n.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "bootstrap" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.broker)
+
+
+# -- where the time goes: seconds per test file, printed at the end of every run ----------------
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _FILE_SECONDS:
+        return
+    slowest = sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:15]
+    terminalreporter.write_sep("-", "seconds per test file (setup + call + teardown), slowest 15")
+    for path, secs in slowest:
+        terminalreporter.write_line(f"{secs:8.1f}  {path}")

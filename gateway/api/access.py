@@ -12,7 +12,8 @@ with the app's handler for them; so error answers now carry the request id too.
 The access log writes a line for every error answer (400 and up) and for a random share
 ``access_log_sample`` of the others (1 in 100 by default): at a line per request it was the
 largest thing a node wrote, ~250 MB an hour per node at 2,000 records/s, for lines nobody reads
-while every request is counted in the metrics anyway (README, Operations; BENCHMARKS.md, issue 20).
+while every request is counted in the metrics anyway (docs/operations.md, Log volume;
+BENCHMARKS.md, issue 20).
 
 HTTP (ASGI) lives here; the log format and the metrics themselves are :mod:`gateway.ops`'.
 """

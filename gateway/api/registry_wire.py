@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import Settings
-from ..core.errors import bad_request
+from ..core.errors import invalid
 from ..core.names import check_name, check_topic
 from ..core.registry import ConsumerRecord, DeleteResult, ProducerRecord
 from .numbers import json_int
@@ -33,7 +33,7 @@ _ALERTS = {"backlogMessages": ("alert_backlog", 1, 2**62), "oldestAgeMs": ("aler
 
 def _object(v: Any, what: str) -> dict[str, Any]:
     if not isinstance(v, dict):
-        raise bad_request(f"invalid_{what}", f"{what} must be an object")
+        raise invalid(f"invalid_{what}", f"{what} must be an object")
     return v
 
 
@@ -41,13 +41,13 @@ def _number(v: Any, code: str, name: str, lo: float, hi: float, integer: bool = 
     n: float | None = json_int(v) if integer else (v if type(v) in (int, float) else None)
     if n is None or not lo <= n <= hi:
         kind = "an integer" if integer else "a number"
-        raise bad_request(code, f"{name} must be {kind} between {lo} and {hi}", min=lo, max=hi)
+        raise invalid(code, f"{name} must be {kind} between {lo} and {hi}", min=lo, max=hi)
     return n  # an int stays an int (str() of it has no ".0")
 
 
 def _topics(v: Any) -> list[str]:
     if not isinstance(v, list) or not v:
-        raise bad_request("invalid_topics", "topics must be a non-empty array of topic names")
+        raise invalid("invalid_topics", "topics must be a non-empty array of topic names")
     return sorted({check_topic(t) for t in v})
 
 
@@ -56,7 +56,7 @@ def _delays(v: Any) -> str | None:
     if v is None:
         return None
     if not isinstance(v, list) or not 1 <= len(v) <= 100:
-        raise bad_request("invalid_retry", "retry.delaysMs must be an array of 1-100 delays (ms)")
+        raise invalid("invalid_retry", "retry.delaysMs must be an array of 1-100 delays (ms)")
     return ",".join(str(_number(d, "invalid_retry", "retry.delaysMs[]", 0, 2**40)) for d in v)
 
 
@@ -69,7 +69,7 @@ def consumer_fields(body: dict[str, Any], whole: bool = False) -> dict[str, str 
     ``rateLimit.messagesPerSecond``."""
     extra = set(body) - set(_FIELDS)
     if extra:
-        raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
+        raise invalid("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
     out: dict[str, str | None] = {}
     for name, value in body.items():
         if value is None:
@@ -79,7 +79,7 @@ def consumer_fields(body: dict[str, Any], whole: bool = False) -> dict[str, str 
             out["topics"] = "," + ",".join(_topics(value)) + ","
         elif name == "mode":
             if value not in MODES:
-                raise bad_request("invalid_mode", "mode must be 'cluster' or 'broadcast'")
+                raise invalid("invalid_mode", "mode must be 'cluster' or 'broadcast'")
             out["mode"] = value
         elif name == "consumeTimeoutMs":
             out["consume_timeout_ms"] = str(_number(value, "invalid_consume_timeout_ms", name, 100,
@@ -88,18 +88,18 @@ def consumer_fields(body: dict[str, Any], whole: bool = False) -> dict[str, str 
             out["max_batch"] = str(_number(value, "invalid_max_batch", name, 1, 1_000_000))
         elif name == "start":
             if value not in ("latest", "earliest"):
-                raise bad_request("invalid_start", "start must be 'latest' or 'earliest'")
+                raise invalid("invalid_start", "start must be 'latest' or 'earliest'")
             out["start"] = value
         elif name == "paused":
             if type(value) is not bool:
-                raise bad_request("invalid_paused", "paused must be true or false")
+                raise invalid("invalid_paused", "paused must be true or false")
             out["paused"] = "1" if value else "0"
         elif name == "rateLimit":
             v = _object(value, "rate_limit")
             if set(v) - {"messagesPerSecond", "burst"}:
-                raise bad_request("unknown_field", "rateLimit takes messagesPerSecond and burst")
+                raise invalid("unknown_field", "rateLimit takes messagesPerSecond and burst")
             if whole and v.get("messagesPerSecond") is None:
-                raise bad_request("invalid_rate_limit", "rateLimit needs messagesPerSecond")
+                raise invalid("invalid_rate_limit", "rateLimit needs messagesPerSecond")
             if "messagesPerSecond" in v:
                 rate = v["messagesPerSecond"]
                 out["rate"] = None if rate is None else repr(float(_number(
@@ -111,8 +111,8 @@ def consumer_fields(body: dict[str, Any], whole: bool = False) -> dict[str, str 
         elif name == "retry":
             v = _object(value, "retry")
             if set(v) - set(_RETRY) - {"delaysMs", "deadLetterTopic"}:
-                raise bad_request("unknown_field", "retry takes "
-                                  f"{', '.join([*_RETRY, 'delaysMs', 'deadLetterTopic'])}")
+                raise invalid("unknown_field", "retry takes "
+                              f"{', '.join([*_RETRY, 'delaysMs', 'deadLetterTopic'])}")
             for k, (f, lo, hi) in _RETRY.items():
                 if k in v:
                     out[f] = str(_number(v[k], "invalid_retry", f"retry.{k}", lo, hi,
@@ -125,7 +125,7 @@ def consumer_fields(body: dict[str, Any], whole: bool = False) -> dict[str, str 
         elif name == "alerts":
             v = _object(value, "alerts")
             if set(v) - set(_ALERTS):
-                raise bad_request("unknown_field", f"alerts takes {', '.join(_ALERTS)}")
+                raise invalid("unknown_field", f"alerts takes {', '.join(_ALERTS)}")
             for k, (f, lo, hi) in _ALERTS.items():
                 if k in v:
                     out[f] = str(_number(v[k], "invalid_alerts", f"alerts.{k}", lo, hi)) \
@@ -177,8 +177,8 @@ def consumer_body(rec: ConsumerRecord, settings: Settings) -> dict[str, Any]:
 def registration_fields(body: dict[str, Any]) -> dict[str, str | None]:
     """A PUT's body: topics are required to register."""
     if body.get("topics") is None:
-        raise bad_request("missing_topics" if "topics" not in body else "invalid_topics",
-                          "topics is required to register a consumer")
+        raise invalid("missing_topics" if "topics" not in body else "invalid_topics",
+                      "topics is required to register a consumer")
     return consumer_fields(body, whole=True)
 
 
@@ -191,9 +191,9 @@ def producer_topics(body: dict[str, Any]) -> list[str]:
     """A producer registration's body: exactly its topics."""
     extra = set(body) - {"topics"}
     if extra:
-        raise bad_request("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
+        raise invalid("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
     if "topics" not in body:
-        raise bad_request("missing_topics", "topics is required to register a producer")
+        raise invalid("missing_topics", "topics is required to register a producer")
     return _topics(body["topics"])
 
 
@@ -207,6 +207,6 @@ def check_names(v: Any, what: str) -> list[str]:
     if v is None:
         return []
     if not isinstance(v, list):
-        raise bad_request(f"invalid_{what}", f"{what} must be an array of names")
+        raise invalid(f"invalid_{what}", f"{what} must be an array of names")
     return [check_name(x, what[:-1]) for x in v]
 

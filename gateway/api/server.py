@@ -52,7 +52,6 @@ counts while unsent data waits on the client).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import resource
 import time
@@ -64,6 +63,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..config import Settings
 from ..ops import metrics
+from .errors import REQUEST_TIMEOUT, TOO_MANY_CONNECTIONS, head_too_large
 
 log = logging.getLogger("mqgw.server")
 
@@ -101,26 +101,6 @@ async def _sweep() -> None:
         if _stalled:
             for p in [p for p in _stalled if p._write_due <= now]:
                 p._write_due_passed(now)
-
-
-def _answer(status: bytes, code: str, message: str, extra: bytes = b"") -> bytes:
-    """A whole response written by the server itself (the application never sees the request),
-    in the API's error shape, ending the connection."""
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n" + extra +
-            b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-
-
-_REFUSED = _answer(b"503 Service Unavailable", "too_many_connections",
-                   "this gateway process holds as many connections as it may; retry shortly",
-                   b"retry-after: 1\r\n")
-_TIMED_OUT = _answer(b"408 Request Timeout", "request_timeout",
-                     "the request head did not arrive in time")
-
-#: Reasons of mqgw_connections_dropped_total counted here, beyond metrics.DROP_REASONS: bound
-#: now, so that the series exist (at 0) from the start.
-_DROPS = {r: metrics.CONNECTIONS_DROPPED.labels(r)
-          for r in ("head_too_large", "write_timeout", "pipeline_full")}
 
 
 class _Refused(Exception):
@@ -226,7 +206,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self.transport = transport
             self.parser = None  # type: ignore[assignment]  # nothing more is parsed
             transport.set_protocol(_Discarding(self))
-            transport.write(_REFUSED)
+            transport.write(TOO_MANY_CONNECTIONS)
             if transport.can_write_eof():
                 transport.write_eof()
             self.loop.call_later(LINGER_S, transport.close)
@@ -369,7 +349,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def _refuse_head(self, problem: str) -> None:
         """``431`` and a close; behind a request still being answered, a close after its answer."""
-        _DROPS["head_too_large"].inc()
+        metrics.connection_dropped("head_too_large")
         log.debug("%s: 431 and connection closed", problem)
         self.headers.clear()  # what was parsed of it; nothing else refers to this head's fields
         self.url = b""
@@ -378,14 +358,13 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if cycle is not None and not cycle.response_complete:
             self._end_after(cycle)
             return
-        self._corked.write(_answer(b"431 Request Header Fields Too Large", "headers_too_large",
-                                   problem))
+        self._corked.write(head_too_large(problem))
         self._close_lingering()
 
     def _pipeline_full(self) -> None:
         """More than MAX_PIPELINED requests wait: this one is dropped unanswered, and the
         connection ends after the answer to the last one queued."""
-        _DROPS["pipeline_full"].inc()
+        metrics.connection_dropped("pipeline_full")
         log.debug("more than %d pipelined requests: connection closed after those", MAX_PIPELINED)
         self.pipeline.popleft()  # this request's, never started
         self.cycle = last = self.pipeline[0][0]
@@ -454,7 +433,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             return
         _stalled.discard(self)
         if left:
-            _DROPS["write_timeout"].inc()
+            metrics.connection_dropped("write_timeout")
             log.debug("no unsent response data taken for %.1f s: connection aborted", self._write_s)
             self.transport.abort()  # a close would wait for the data to be sent
 
@@ -473,7 +452,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             metrics.connection_dropped("head_timeout")
             log.debug("request head not received within %.1f s: connection closed", self._header_s)
-            self.transport.write(_TIMED_OUT)
+            self.transport.write(REQUEST_TIMEOUT)
             self._close()
 
     def _body_timed_out(self) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 
 #: Queue ids are embedded in Redis hash fields (``topic:queue:attr``) and in comma-separated
 #: lists, so they may not contain ':' or ','. This is the whole allowed set.
@@ -118,12 +118,32 @@ class OutgoingMessage:
     deliver_at: int | None = None
 
 
+class ProduceError(StrEnum):
+    """Why the broker did not take a record. The values are the codes ``/produce`` answers
+    with per record; a StrEnum, so that they format and serialize as those codes."""
+
+    UNKNOWN_TOPIC = "unknown_topic"
+    UNKNOWN_PARTITION = "unknown_partition"
+    MESSAGE_TOO_LARGE = "message_too_large"
+    BROKER_TIMEOUT = "broker_timeout"
+    BROKER_ERROR = "broker_error"
+
+    @property
+    def permanent(self) -> bool:
+        """Whether sending the same record again can never succeed (no such topic or queue, a
+        record over the size limit), so that a caller drops it rather than retries."""
+        return self in (ProduceError.UNKNOWN_TOPIC, ProduceError.UNKNOWN_PARTITION,
+                        ProduceError.MESSAGE_TOO_LARGE)
+
+
 @dataclass(slots=True)
 class ProduceResult:
+    """Where a record was written (``queue``, ``offset``), or why not (``error_code``, None on
+    success, and ``error``, a message for people)."""
+
     queue: str = ""
     offset: int = -1
-    #: unknown_topic | unknown_partition | message_too_large | broker_timeout | broker_error
-    error_code: str = ""
+    error_code: ProduceError | None = None
     error: str = ""
 
 

@@ -15,6 +15,7 @@ from .base import (
     Capability,
     FetchResult,
     OutgoingMessage,
+    ProduceError,
     ProduceResult,
     QueueInfo,
     Record,
@@ -161,10 +162,10 @@ class MemoryBroker(Broker):
             if m.queue is None and m.key is not None and topic in self.logs:
                 q = str(partition_for_key(m.key, len(self.logs[topic])))  # where Java puts it
             if topic not in self.logs:
-                out.append(ProduceResult(error_code="unknown_topic", error=f"no topic {topic!r}"))
+                out.append(ProduceResult(error_code=ProduceError.UNKNOWN_TOPIC, error=f"no topic {topic!r}"))
                 continue
             if q not in self.logs[topic]:
-                out.append(ProduceResult(error_code="unknown_partition", error=f"no queue {q!r}"))
+                out.append(ProduceResult(error_code=ProduceError.UNKNOWN_PARTITION, error=f"no queue {q!r}"))
                 continue
             off = self._hi(topic, q)
             ts = m.timestamp if m.timestamp is not None else int(time.time() * 1000)

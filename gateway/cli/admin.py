@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -64,7 +65,7 @@ def _call(a: argparse.Namespace) -> Call:
     """The HTTP request for a parsed command."""
     c, name = a.command, quote(getattr(a, "name", "") or "", safe="")
     g = f"/admin/consumers/{name}"
-    table: dict[str, Any] = {
+    table: dict[str, Callable[[], Call]] = {
         "consumers-list": lambda: ("GET", "/admin/consumers", None, None),
         "consumers-get": lambda: ("GET", g, None, None),
         "consumers-register": lambda: ("PUT", g, _consumer_body(a, False), None),
@@ -138,7 +139,7 @@ def _json(r: httpx.Response) -> Any:
 
 def bootstrap_key(a: argparse.Namespace) -> int:
     """Create an admin key straight in Redis (settings as the gateway reads them)."""
-    from ..api.wire import key_body
+    from ..api.admin_wire import key_body
     from ..config import Settings, redact_url
     from ..core.auth import KeyStore
     from ..store import UNAVAILABLE, OffsetStore
@@ -167,7 +168,7 @@ def bootstrap_key(a: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     keys = sub.add_parser("keys", help="create the first admin key directly in Redis")
     ks = keys.add_subparsers(dest="keys_cmd", required=True)
     b = ks.add_parser("bootstrap", help="create an admin key (reads MQGW_REDIS_URL, MQGW_KEY_PREFIX)")
@@ -180,8 +181,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     adm.add_argument("--timeout", type=float, default=30.0)
     cmds = adm.add_subparsers(dest="group_cmd", required=True)
 
-    def cmd(parent: Any, name: str, command: str, help: str,
-            with_name: bool = True) -> argparse.ArgumentParser:
+    def cmd(parent: argparse._SubParsersAction[argparse.ArgumentParser], name: str, command: str,
+            help: str, with_name: bool = True) -> argparse.ArgumentParser:
         p = parent.add_parser(name, help=help)
         if with_name:
             p.add_argument("name")

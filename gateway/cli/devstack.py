@@ -23,7 +23,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen | None = None) -> None:
+def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -40,9 +40,9 @@ def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen | None = 
 class Service:
     name: str
     port: int
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     workdir: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:
@@ -59,7 +59,7 @@ class Service:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def spawn(cmd: list[str], log_path: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def spawn(cmd: list[str], log_path: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
@@ -133,7 +133,7 @@ def _topic_ready(admin: Any, topic: str, partitions: int) -> bool:
             return False
         if any(pm.leader < 0 or pm.error is not None for pm in tm.partitions.values()):
             return False
-        futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+        futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
                                       for p in tm.partitions}, request_timeout=5)
         for f in futures.values():
             f.result()

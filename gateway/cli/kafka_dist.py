@@ -174,7 +174,7 @@ def _format(props: Path, cluster_id: str) -> None:
         raise RuntimeError(f"formatting Kafka's storage failed:\n{(fmt.stdout + fmt.stderr)[-3000:]}")
 
 
-def _launch(props: Path, heap: str, log: str) -> subprocess.Popen:
+def _launch(props: Path, heap: str, log: str) -> subprocess.Popen[bytes]:
     return spawn([java(), f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseSerialGC",
                   "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", f"{resolve()}/*",
                   "kafka.Kafka", str(props)], log)
@@ -190,7 +190,7 @@ class KafkaNode:
     port: int
     props: Path
     log: str
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
 
 
 @dataclass
@@ -273,7 +273,7 @@ def start_cluster(size: int = 3, heap: str = "384m", timeout: float = 120.0) -> 
     return cluster
 
 
-def _wait_ready(bootstrap: str, deadline: float, proc: subprocess.Popen, brokers: int = 1) -> None:
+def _wait_ready(bootstrap: str, deadline: float, proc: subprocess.Popen[bytes], brokers: int = 1) -> None:
     """Until metadata lists ``brokers`` brokers (the controller elected, the brokers registered)."""
     from confluent_kafka.admin import AdminClient
 

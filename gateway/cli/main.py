@@ -69,7 +69,7 @@ def serve(args: argparse.Namespace) -> int:
     level = settings.log_level
     # uvicorn re-raises the SIGTERM it shut down on; make that an exit that runs the cleanup.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    # Set before prometheus_client is imported (gateway.logs imports it): with --workers 1 the
+    # Set before prometheus_client is imported (gateway.ops.logs imports it): with --workers 1 the
     # app runs in this very process.
     with prometheus_dir(os.environ):
         from ..api.server import GatewayHttpProtocol
@@ -184,7 +184,7 @@ def _set_aside(snap_dir: Path) -> Path | None:
     return dest
 
 
-def _patch_json(url: str, body: dict) -> None:
+def _patch_json(url: str, body: dict[str, str]) -> None:
     """Let the banner's example consumer read what the example producer wrote before it."""
     import json
     import urllib.request
@@ -204,48 +204,29 @@ def relay(args: argparse.Namespace) -> int:
     run with ``MQGW_RELAY=false``); stops cleanly on SIGTERM or Ctrl-C."""
     import asyncio
 
-    from .. import broker as brokers
     from ..config import Settings
-    from ..core.checkpoint import Checkpoints
-    from ..core.delay import DelayService
-    from ..core.relay import Relay
-    from ..core.watermarks import Watermarks
     from ..ops import logs
-    from ..store import OffsetStore
+    from ..services import close_services, open_services
 
     settings = Settings.load()
     logs.configure(settings.log_level)
 
     async def run() -> None:
-        b = brokers.create(settings)
-        await b.start()
-        store = OffsetStore.connect(settings.redis_url, settings.key_prefix,
-                                    settings.redis_max_connections,
-                                    settings.redis_pool_timeout_ms / 1000)
-        delay = DelayService(settings, store, b)
-        if delay.native:
-            print(f"the {b.name} broker delays records itself: there is nothing to relay",
-                  file=sys.stderr)
-            await b.close()
-            await store.aclose()
-            return
-        r = Relay(settings, store, b, Watermarks(store, b, settings.metadata_refresh_ms), delay,
-                  checkpoints=Checkpoints(settings, store, b))  # restores; HTTP nodes save
-        delay.poke = r.poke
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        r.start()
-        print(f"relaying {len(delay.wheel.levels)} delay levels ({settings.delay_topic_prefix}*); "
-              "Ctrl-C stops", file=sys.stderr)
+        services = await open_services(settings, serve=False)  # restores; HTTP nodes save
         try:
+            if services.relay is None:
+                print(f"the {services.broker.name} broker delays records itself: there is "
+                      "nothing to relay", file=sys.stderr)
+                return
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            print(f"relaying {len(services.delay.wheel.levels)} delay levels "
+                  f"({settings.delay_topic_prefix}*); Ctrl-C stops", file=sys.stderr)
             await stop.wait()
         finally:
-            await r.stop()
-            await delay.close()
-            await b.close()
-            await store.aclose()
+            await close_services(services)
 
     asyncio.run(run())
     return 0

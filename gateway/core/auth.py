@@ -20,7 +20,7 @@ import secrets
 from dataclasses import asdict, dataclass, field
 
 from ..store import Credential, OffsetStore, now_ms
-from .errors import DomainError, forbidden, unauthorized
+from .errors import DomainError, denied, unauthenticated
 
 _KEY = re.compile(r"mqgw_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")
 
@@ -37,13 +37,13 @@ def new_key() -> tuple[str, str]:
 
 def credential_of(raw: str) -> Credential:
     """The credential of a key as the caller presented it; 401 if absent or malformed. (Where
-    it is presented, a header, is the transport's business: see gateway.api.routes.)"""
+    it is presented, a header, is the transport's business: see gateway.api.http.)"""
     if not raw:
-        raise unauthorized("missing_api_key", "this gateway requires an API key: "
-                           "send 'Authorization: Bearer <key>'")
+        raise unauthenticated("missing_api_key", "this gateway requires an API key: "
+                              "send 'Authorization: Bearer <key>'")
     m = _KEY.fullmatch(raw)
     if not m:
-        raise unauthorized("invalid_api_key", "the API key is not valid")
+        raise unauthenticated("invalid_api_key", "the API key is not valid")
     return Credential(m.group(1), digest(raw))
 
 
@@ -114,33 +114,33 @@ class Authorizer:
             return None
         rec = await self.keys.verify(cred)
         if rec is None:
-            raise unauthorized("invalid_api_key", "the API key is not valid")
+            raise unauthenticated("invalid_api_key", "the API key is not valid")
         return rec
 
     async def require_admin(self, cred: Credential | None) -> None:
         rec = await self.caller(cred)
         if rec is not None and not rec.admin:
-            raise forbidden("forbidden", "this API key may not use the admin API")
+            raise denied("forbidden", "this API key may not use the admin API")
 
-    async def require_consumer(self, cred: Credential | None, group: str) -> None:
+    async def require_consumer(self, cred: Credential | None, consumer: str) -> None:
         """For a consumer's own views: an admin key or a key bound to that consumer."""
         rec = await self.caller(cred)
-        if rec is not None and not rec.admin and group not in rec.consumers:
-            raise forbidden("forbidden", f"this API key may not act as consumer {group!r}")
+        if rec is not None and not rec.admin and consumer not in rec.consumers:
+            raise denied("forbidden", f"this API key may not act as consumer {consumer!r}")
 
-    async def require_consume(self, cred: Credential | None, group: str) -> None:
+    async def require_consume(self, cred: Credential | None, consumer: str) -> None:
         """The slow check, for error paths that run before a consume script has checked the key
         (an unknown topic must not answer 404 to a caller without a valid key)."""
         if cred is None:
             return
         rec = await self.keys.verify(cred)
         if rec is None:
-            raise unauthorized("invalid_api_key", "the API key is not valid")
-        if group not in rec.consumers:
-            raise forbidden("forbidden", f"this API key may not consume as {group!r}")
+            raise unauthenticated("invalid_api_key", "the API key is not valid")
+        if consumer not in rec.consumers:
+            raise denied("forbidden", f"this API key may not consume as {consumer!r}")
 
-    async def consume_refused(self, cred: Credential | None, group: str) -> DomainError:
+    async def consume_refused(self, cred: Credential | None, consumer: str) -> DomainError:
         """A consume script said ``unauthorized``: 401 for a bad key, 403 for a key of someone else."""
         if cred is None or await self.keys.verify(cred) is None:
-            return unauthorized("invalid_api_key", "the API key is not valid")
-        return forbidden("forbidden", f"this API key may not consume as {group!r}")
+            return unauthenticated("invalid_api_key", "the API key is not valid")
+        return denied("forbidden", f"this API key may not consume as {consumer!r}")

@@ -28,7 +28,7 @@ which by default (``latest``) skips everything unread. Kafka keeps consumer offs
 
 Broadcast clientIds are not checkpointed: each would need a Kafka group of its own, they come
 and go (they expire when idle), and a broadcast reader that restarts at ``start`` is what a
-new clientId gets anyway. The README says so.
+new clientId gets anyway. docs/architecture.md says so.
 """
 
 from __future__ import annotations
@@ -179,8 +179,8 @@ class Checkpoints:
                 # has_offset: a hash that only holds ckp (Redis emptied while a round ran) is no
                 # reason to write 0 over the checkpoint
                 if q.has_offset and q.committed != q.checkpointed:
-                    moved[(c.group, q.topic)][q.queue] = q.committed
-                    ahead[(c.group, q.topic)] += abs(q.committed - q.checkpointed) \
+                    moved[(c.consumer, q.topic)][q.queue] = q.committed
+                    ahead[(c.consumer, q.topic)] += abs(q.committed - q.checkpointed) \
                         if q.checkpointed >= 0 else self.busy_records
         if busy_only:
             moved = defaultdict(dict, {k: o for k, o in moved.items() if ahead[k] >= self.busy_records})

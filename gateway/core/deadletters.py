@@ -1,7 +1,7 @@
 """Dead letters: listing a consumer's dead-letter topic, and redriving what it holds.
 
 A dead-letter topic is a topic like any other; what was redriven is remembered as the committed
-offsets of the internal consumer :data:`CURSOR_GROUP` on it, in Redis, through the same
+offsets of the internal consumer :data:`CURSOR_CONSUMER` on it, in Redis, through the same
 lock/commit scripts as ``/message``. So a redrive runs on any node, two redrives at once never
 send a record twice (each holds the queue it moves), and one that dies half-way leaves its
 queue uncommitted: the records are sent again, never lost. A range is always "the oldest not yet
@@ -18,7 +18,7 @@ from ..broker import Broker, BrokerUnavailable, OutgoingMessage, Record, Unknown
 from ..config import Settings
 from ..store import Lock, NeedsRestore, NoQueue, OffsetStore
 from .checkpoint import Checkpoints
-from .errors import bad_request
+from .errors import invalid
 from .names import INTERNAL_PREFIX, internal_topic_prefixes, is_internal_topic
 from .produce import produce
 from .retry import (
@@ -39,7 +39,7 @@ from .retry import (
 from .watermarks import Watermarks
 
 #: The internal consumer whose committed offsets on a dead-letter topic mark what was redriven.
-CURSOR_GROUP = f"{INTERNAL_PREFIX}.deadletters"
+CURSOR_CONSUMER = f"{INTERNAL_PREFIX}.deadletters"
 #: Records moved per lock (one read, one produce, one commit).
 REDRIVE_BATCH = 500
 #: What a record redriven to its consumer keeps of our headers: where it came from and its
@@ -79,12 +79,13 @@ class DeadLetters:
         self.store = store
         self.broker = broker
         self.wm = wm
-        #: The redrive positions (CURSOR_GROUP) are checkpointed like a consumer's: after a Redis
+        #: The redrive positions (CURSOR_CONSUMER) are checkpointed like a consumer's: after a Redis
         #: loss a redrive resumes there instead of sending every dead letter again.
         self.checkpoints = checkpoints if checkpoints is not None and checkpoints.enabled else None
 
-    async def topic_of(self, group: str) -> str:
-        return RetryPolicy.of(group, await self.store.get_config(group), self.settings).dead_letter_topic
+    async def topic_of(self, consumer: str) -> str:
+        cfg = await self.store.get_config(consumer)
+        return RetryPolicy.of(consumer, cfg, self.settings).dead_letter_topic
 
     async def _queues(self, topic: str) -> dict[str, tuple[int, int, int]]:
         """queue -> (low, cursor, high) of the dead-letter topic; {} if it does not exist."""
@@ -92,18 +93,18 @@ class DeadLetters:
             wm = await self.broker.watermarks(topic)
         except UnknownTopic:
             return {}
-        cursors = {q.queue: q.committed for q in await self.store.queue_states(CURSOR_GROUP)
+        cursors = {q.queue: q.committed for q in await self.store.queue_states(CURSOR_CONSUMER)
                    if q.topic == topic and q.has_offset}
         return {q: (lo, max(lo, cursors.get(q, lo)), hi) for q, (lo, hi) in wm.items()}
 
-    async def page(self, group: str, limit: int, queue: str | None = None,
+    async def page(self, consumer: str, limit: int, queue: str | None = None,
                    offset: int | None = None) -> DeadPage:
         """Count, age and the first ``limit`` records not yet redriven (from ``offset`` of
         ``queue``, when given)."""
-        topic = await self.topic_of(group)
+        topic = await self.topic_of(consumer)
         queues = await self._queues(topic)
         if queue is not None and queues and queue not in queues:
-            raise bad_request("invalid_partition", f"dead-letter topic {topic!r} has no partition {queue}")
+            raise invalid("invalid_partition", f"dead-letter topic {topic!r} has no partition {queue}")
         rows: list[DeadQueue] = []
         records: list[tuple[str, Record]] = []
         oldest = -1
@@ -111,8 +112,8 @@ class DeadLetters:
             _lo, cursor, hi = queues[q]
             mine = (queue is None or queue == q) and len(records) < limit
             start = max(cursor, offset) if mine and offset is not None else cursor
-            # A read gives the queue's true end too: ListOffsets may not (the Tansu defect in
-            # ../shared/notes/test-brokers.md), and the page needs a read anyway.
+            # A read gives the queue's true end too: ListOffsets may not (Tansu under-reports end
+            # offsets: the README's known limitations), and the page needs a read anyway.
             res = await self.broker.fetch(topic, q, start, limit - len(records) if mine else 1)
             hi = max(hi, res.high_watermark)
             rows.append(DeadQueue(q, cursor, hi, max(0, hi - cursor)))
@@ -125,26 +126,26 @@ class DeadLetters:
                 oldest = at if oldest < 0 else min(oldest, at)
             if mine:
                 records += [(q, r) for r in res.records[:limit - len(records)]]
-        return DeadPage(group, topic, bool(queues), sum(r.count for r in rows), oldest, rows,
+        return DeadPage(consumer, topic, bool(queues), sum(r.count for r in rows), oldest, rows,
                         records)
 
-    async def redrive(self, group: str, target: RedriveTarget, queue: str | None = None,
+    async def redrive(self, consumer: str, target: RedriveTarget, queue: str | None = None,
                       to_offset: int | None = None, limit: int | None = None) -> int:
         """Send the oldest not yet redriven dead letters back (all of them; or those of
         ``queue`` below ``to_offset``; at most ``limit``); how many were sent."""
-        topic = await self.topic_of(group)
+        topic = await self.topic_of(consumer)
         queues = await self._queues(topic)
         if not queues:  # no dead letter yet: the topic is made at the first
             return 0
         if queue is not None and queue not in queues:
-            raise bad_request("invalid_partition", f"dead-letter topic {topic!r} has no partition {queue}")
+            raise invalid("invalid_partition", f"dead-letter topic {topic!r} has no partition {queue}")
         skip = {q for q in queues if queue is not None and q != queue}
         moved = restores = 0
         while limit is None or moved < limit:
             wm = await self.wm.get(topic)
             want = min(REDRIVE_BATCH, limit - moved) if limit is not None else REDRIVE_BATCH
             chosen = await self.store.choose(
-                CURSOR_GROUP, "", topic, wm, address="redrive",
+                CURSOR_CONSUMER, "", topic, wm, address="redrive",
                 default_timeout_ms=self.settings.relay_lock_ms, default_start="earliest",
                 client_idle_ms=self.settings.client_idle_ms, max_messages=want, open_mode=True,
                 skip=skip, restore=self.checkpoints is not None)
@@ -152,20 +153,20 @@ class DeadLetters:
                 restores += 1
                 if restores > 3:  # each restore seeds every queue: only a Redis emptied again
                     raise BrokerUnavailable("redrive positions being restored")  # and again
-                await self.checkpoints.restore(CURSOR_GROUP, topic, chosen.start, wm)
+                await self.checkpoints.restore(CURSOR_CONSUMER, topic, chosen.start, wm)
                 continue
             if not isinstance(chosen, Lock):
                 if isinstance(chosen, NoQueue) and chosen.wake_ms >= 0:  # another redrive holds
                     await asyncio.sleep(0.05)  # a queue with records: wait for it to finish
                     continue
                 break
-            n, done = await self._move(group, topic, chosen, target, to_offset)
+            n, done = await self._move(consumer, topic, chosen, target, to_offset)
             moved += n
             if done:
                 skip.add(chosen.queue)
         return moved
 
-    async def _move(self, group: str, topic: str, lock: Lock, target: RedriveTarget,
+    async def _move(self, consumer: str, topic: str, lock: Lock, target: RedriveTarget,
                     to_offset: int | None) -> tuple[int, bool]:
         """Send one locked queue's next records and commit them; (sent, queue finished)."""
         start = lock.committed
@@ -175,21 +176,21 @@ class DeadLetters:
             records = [r for r in res.records if to_offset is None or r.offset < to_offset]
             end = records[-1].offset + 1 if records else (
                 res.next_offset if to_offset is None else min(res.next_offset, to_offset))
-            sent = await self._send(group, target, records) if records else 0
+            sent = await self._send(consumer, target, records) if records else 0
         except BaseException:
-            await asyncio.shield(self.store.unlock(CURSOR_GROUP, "", topic, lock.queue, lock.token))
+            await asyncio.shield(self.store.unlock(CURSOR_CONSUMER, "", topic, lock.queue, lock.token))
             raise
         if end > start:
-            await self.store.ack(CURSOR_GROUP, "", topic, lock.queue, start, end, lock.token,
+            await self.store.ack(CURSOR_CONSUMER, "", topic, lock.queue, start, end, lock.token,
                                  default_timeout_ms=self.settings.relay_lock_ms,
                                  high_watermark=res.high_watermark)
         else:
-            await self.store.unlock(CURSOR_GROUP, "", topic, lock.queue, lock.token)
+            await self.store.unlock(CURSOR_CONSUMER, "", topic, lock.queue, lock.token)
         finished = not records or (to_offset is not None and end >= to_offset) \
             or end >= res.high_watermark >= 0
         return sent, finished
 
-    async def _send(self, group: str, target: RedriveTarget, records: list[Record]) -> int:
+    async def _send(self, consumer: str, target: RedriveTarget, records: list[Record]) -> int:
         """Each record to its origin topic (headers of ours removed), or as attempt 1 to the
         retry topic of the consumer (and clientId) that failed it; how many were sent (a record
         no nack wrote names no origin: it is passed over)."""
@@ -203,8 +204,8 @@ class DeadLetters:
             if target is RedriveTarget.TOPIC:  # a new write: the broker's time, as for retries
                 by_topic.setdefault(origin, []).append(OutgoingMessage(r.value, r.key, own))
                 continue
-            consumer = header(r, H_CONSUMER) or group
-            dest = retry_topic(self.settings.retry_topic_prefix, consumer, origin,
+            owner = header(r, H_CONSUMER) or consumer
+            dest = retry_topic(self.settings.retry_topic_prefix, owner, origin,
                                header(r, H_CLIENT) or "")
             kept = [(n, v) for n, v in r.headers if n in _KEPT]
             by_topic.setdefault(dest, []).append(OutgoingMessage(

@@ -29,7 +29,7 @@ from ..broker import Broker, BrokerUnavailable, Capability, OutgoingMessage, Pro
 from ..config import Settings
 from ..store import CancelOutcome, OffsetStore, now_ms
 from . import b64url
-from .errors import Conflict, bad_request
+from .errors import Conflict, invalid
 from .produce import Produced, misplaced, produce
 from .wheel import (
     H_DUE,
@@ -76,10 +76,10 @@ class DelayIds:
         try:
             payload, sig = _unb64(body), _unb64(mac)
         except ValueError:
-            raise bad_request("invalid_delay_id", "malformed delay id") from None
+            raise invalid("invalid_delay_id", "malformed delay id") from None
         if len(payload) <= _HEAD.size or not hmac.compare_digest(sig, self._mac(payload)):
-            raise bad_request("invalid_delay_id", "not a delay id this gateway issued "
-                              "(malformed, or signed with another key)")
+            raise invalid("invalid_delay_id", "not a delay id this gateway issued "
+                          "(malformed, or signed with another key)")
         due, _ = _HEAD.unpack_from(payload)
         return DelayRef(due, payload[_HEAD.size:].decode())
 

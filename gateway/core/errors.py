@@ -49,18 +49,23 @@ class Busy(DomainError):
     """Not now, but soon: the caller should retry."""
 
 
-# Short constructors, read like the refusals they make.
-def bad_request(code: str, message: str, **details: Any) -> Invalid:
+# Short constructors, named for what happened (which status that is, is gateway.api.errors'
+# business): ``raise unknown("unknown_queue", ...)`` reads like the refusal it makes.
+def invalid(code: str, message: str, **details: Any) -> Invalid:
+    """The input is wrong."""
     return Invalid(code, message, **details)
 
 
-def not_found(code: str, message: str, **details: Any) -> NotFound:
+def unknown(code: str, message: str, **details: Any) -> NotFound:
+    """The named thing does not exist."""
     return NotFound(code, message, **details)
 
 
-def unauthorized(code: str, message: str) -> Unauthenticated:
+def unauthenticated(code: str, message: str) -> Unauthenticated:
+    """No valid API key: the caller is nobody we know."""
     return Unauthenticated(code, message)
 
 
-def forbidden(code: str, message: str, **details: Any) -> Forbidden:
+def denied(code: str, message: str, **details: Any) -> Forbidden:
+    """Known, but not allowed to do this."""
     return Forbidden(code, message, **details)

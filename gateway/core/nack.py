@@ -21,7 +21,7 @@ from ..config import Settings
 from ..store import AckOutcome, AckResult, Credential, OffsetStore, now_ms
 from .consume import ConsumeService
 from .delay import DelayService
-from .errors import bad_request
+from .errors import invalid
 from .produce import produce
 from .requestid import BatchRef
 from .retry import (
@@ -89,12 +89,12 @@ class NackService:
         if failed is not None:
             outside = sorted(o for o in failed if not ref.offset <= o < ref.next_offset)
             if outside:
-                raise bad_request("invalid_failed", f"offsets {outside[:5]} are not in this "
-                                  f"batch ([{ref.offset}, {ref.next_offset}))", offsets=outside[:100])
-        policy = RetryPolicy.of(ref.group, await self.store.get_config(ref.group), self.settings)
+                raise invalid("invalid_failed", f"offsets {outside[:5]} are not in this "
+                              f"batch ([{ref.offset}, {ref.next_offset}))", offsets=outside[:100])
+        policy = RetryPolicy.of(ref.consumer, await self.store.get_config(ref.consumer), self.settings)
         records = await self._read(ref) if failed is None or failed else []
         origin = next((t for r in records if (t := header(r, H_ORIGIN_TOPIC))), ref.topic)
-        retry = retry_topic(self.settings.retry_topic_prefix, ref.group, origin, ref.client_id)
+        retry = retry_topic(self.settings.retry_topic_prefix, ref.consumer, origin, ref.client_id)
         mine = [r for r in records if failed is None or r.offset in failed]
         last = [r for r in mine if attempt_of(r) >= policy.max_attempts]
         await self._ensure({**({retry: 0} if len(last) < len(mine) else {}),
@@ -171,7 +171,7 @@ class NackService:
                     (H_ORIGIN_QUEUE, (header(r, H_ORIGIN_QUEUE) or ref.queue).encode()),
                     (H_ORIGIN_OFFSET, (header(r, H_ORIGIN_OFFSET) or str(r.offset)).encode()),
                     (H_ORIGIN_TS, (header(r, H_ORIGIN_TS) or str(r.timestamp)).encode()),
-                    (H_CONSUMER, ref.group.encode())]
+                    (H_CONSUMER, ref.consumer.encode())]
         if ref.client_id:
             headers.append((H_CLIENT, ref.client_id.encode()))
         return OutgoingMessage(r.value, r.key, headers)  # the broker's time: see H_ORIGIN_TS

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from ..config import Settings
-from .errors import bad_request, forbidden
+from .errors import denied, invalid
 
 # No ':', '{' or '}': names are embedded in Redis keys and hash fields.
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -46,36 +46,36 @@ def check_public_topic(v: Any, prefixes: tuple[str, ...]) -> str:
     reset or redrive to."""
     topic = check_topic(v)
     if is_internal_topic(topic, prefixes):
-        raise forbidden("internal_topic", f"topic {topic!r} is one of the gateway's own (delay "
-                        "levels, retry topics) or the broker's ('__…'): name the record's own "
-                        "topic (with delayMs or deliverAt for a delay)")
+        raise denied("internal_topic", f"topic {topic!r} is one of the gateway's own (delay "
+                     "levels, retry topics) or the broker's ('__…'): name the record's own "
+                     "topic (with delayMs or deliverAt for a delay)")
     return topic
 
 
 def check_topic(v: Any) -> str:
     if v is None or v == "":
-        raise bad_request("missing_topic", "topic is required")
+        raise invalid("missing_topic", "topic is required")
     if not isinstance(v, str) or not _TOPIC.fullmatch(v) or v in _DOTS:
-        raise bad_request("invalid_topic", "topic must be 1-249 characters of [A-Za-z0-9._-], "
-                          "not '.' or '..'")
+        raise invalid("invalid_topic", "topic must be 1-249 characters of [A-Za-z0-9._-], "
+                      "not '.' or '..'")
     return v
 
 
 def check_name(v: Any, what: str, required: bool = True, internal_ok: bool = False) -> str:
-    """Check a consumer group or clientId; error codes are ``missing_<what>`` / ``invalid_<what>``.
+    """Check a consumer name or clientId; error codes are ``missing_<what>`` / ``invalid_<what>``.
 
     A consumer name of the gateway's own (:data:`INTERNAL_PREFIX`) is ``reserved_consumer``
     unless ``internal_ok`` (the read-only views, where operators watch the relay)."""
     code = re.sub(r"(?<!^)(?=[A-Z])", "_", what).lower()
     if v is None or v == "":
         if required:
-            raise bad_request(f"missing_{code}", f"{what} is required")
+            raise invalid(f"missing_{code}", f"{what} is required")
         return ""
     if not isinstance(v, str) or not _NAME.fullmatch(v) or v in _DOTS:
-        raise bad_request(f"invalid_{code}", f"{what} must be 1-200 characters of [A-Za-z0-9._-], "
-                          "not '.' or '..'")
+        raise invalid(f"invalid_{code}", f"{what} must be 1-200 characters of [A-Za-z0-9._-], "
+                      "not '.' or '..'")
     if what == "consumer" and not internal_ok and v.startswith(INTERNAL_PREFIX):
-        raise bad_request("reserved_consumer", f"consumer names starting with {INTERNAL_PREFIX!r} "
-                          "are the gateway's own (the delay relay, dead-letter redrive); they can "
-                          "be watched in the queue views and the backlog, not used or changed")
+        raise invalid("reserved_consumer", f"consumer names starting with {INTERNAL_PREFIX!r} "
+                      "are the gateway's own (the delay relay, dead-letter redrive); they can "
+                      "be watched in the queue views and the backlog, not used or changed")
     return v

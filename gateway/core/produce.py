@@ -11,9 +11,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from ..broker import Broker, OutgoingMessage, ProduceResult
-from ..store import Credential, OffsetStore
-from .errors import bad_request, forbidden, unauthorized
+from ..broker import Broker, OutgoingMessage, ProduceError, ProduceResult
+from ..store import Credential, OffsetStore, ProduceVerdict
+from .errors import denied, invalid, unauthenticated
 from .names import check_public_topic
 
 
@@ -83,30 +83,30 @@ class ProduceGate:
             return
         generation = self._generation
         verdict, who = await self.store.produce_check(credential, self.open_mode, producer, topic)
-        if verdict == "ok":
+        if verdict is ProduceVerdict.OK:
             # Only if no notice came while the script ran: its verdict may predate the change.
             if self.live and generation == self._generation:
                 if len(self._allowed) >= VERDICT_MAX:
                     self._allowed.clear()
                 self._allowed[key] = time.monotonic() + VERDICT_TTL_S
             return
-        if verdict == "unauthenticated":
-            raise unauthorized("invalid_api_key", "the API key is not valid")
-        if verdict == "forbidden":
-            raise forbidden("forbidden", f"this API key may not produce as {who!r}" if who
-                            else "this API key is not bound to any producer")
-        if verdict == "producer_required":
-            raise bad_request("missing_producer", "name the producer: 'producer' in the body")
-        if verdict == "unregistered_producer":
-            raise forbidden("unregistered_producer", f"producer {who!r} is not registered "
-                            f"(PUT /admin/producers/{who})")
-        raise forbidden("topic_not_allowed", f"producer {who!r} is not registered for topic {topic!r}")
+        if verdict is ProduceVerdict.UNAUTHENTICATED:
+            raise unauthenticated("invalid_api_key", "the API key is not valid")
+        if verdict is ProduceVerdict.FORBIDDEN:
+            raise denied("forbidden", f"this API key may not produce as {who!r}" if who
+                         else "this API key is not bound to any producer")
+        if verdict is ProduceVerdict.PRODUCER_REQUIRED:
+            raise invalid("missing_producer", "name the producer: 'producer' in the body")
+        if verdict is ProduceVerdict.UNREGISTERED_PRODUCER:
+            raise denied("unregistered_producer", f"producer {who!r} is not registered "
+                         f"(PUT /admin/producers/{who})")
+        raise denied("topic_not_allowed", f"producer {who!r} is not registered for topic {topic!r}")
 
 
 def misplaced(topic: str, queues: set[str], m: OutgoingMessage) -> ProduceResult | None:
     """The failure of a message that names a queue ``topic`` does not have (None: it fits)."""
     if m.queue is not None and m.queue not in queues:
-        return ProduceResult(error_code="unknown_partition",
+        return ProduceResult(error_code=ProduceError.UNKNOWN_PARTITION,
                              error=f"topic {topic!r} has no partition {m.queue}")
     return None
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..config import Settings
 from ..store import OffsetStore, now_ms
 from .checkpoint import Checkpoints
-from .errors import bad_request, not_found
+from .errors import invalid, unknown
 from .names import INTERNAL_PREFIX, check_public_topic, internal_topic_prefixes
 from .retry import check_policy_fields
 
@@ -61,23 +61,23 @@ class Registry:
         self.settings = settings
 
     # -- consumers ---------------------------------------------------------------------------
-    async def config(self, group: str) -> dict[str, str]:
-        return await self.records.config(group)
+    async def config(self, consumer: str) -> dict[str, str]:
+        return await self.records.config(consumer)
 
-    async def get_consumer(self, group: str) -> ConsumerRecord:
-        return ConsumerRecord(group, await self.require_seen(group))
+    async def get_consumer(self, consumer: str) -> ConsumerRecord:
+        return ConsumerRecord(consumer, await self.require_seen(consumer))
 
-    async def require_seen(self, group: str, client_id: str = "") -> dict[str, str]:
+    async def require_seen(self, consumer: str, client_id: str = "") -> dict[str, str]:
         """The consumer's config, for the views: ``404 unknown_consumer`` (``unknown_client``)
         for a name that left no trace at all (no registration, settings, offsets or fetch), in
         every mode, so that a typo in a view's name is told rather than shown as empty."""
-        cfg = await self.config(group)
-        if not cfg and not group.startswith(INTERNAL_PREFIX) and not await self.records.known(group):
-            raise not_found("unknown_consumer", f"consumer {group!r} is unknown: not registered, "
-                            "and never fetched or given settings")
-        if client_id and not await self.records.known(group, client_id):
-            raise not_found("unknown_client", f"consumer {group!r} has no broadcast clientId "
-                            f"{client_id!r} (never seen, or forgotten after client_idle_ms)")
+        cfg = await self.config(consumer)
+        if not cfg and not consumer.startswith(INTERNAL_PREFIX) and not await self.records.known(consumer):
+            raise unknown("unknown_consumer", f"consumer {consumer!r} is unknown: not registered, "
+                          "and never fetched or given settings")
+        if client_id and not await self.records.known(consumer, client_id):
+            raise unknown("unknown_client", f"consumer {consumer!r} has no broadcast clientId "
+                          f"{client_id!r} (never seen, or forgotten after client_idle_ms)")
         return cfg
 
     def _check(self, given: dict[str, str | None], merged: dict[str, str]) -> None:
@@ -91,82 +91,82 @@ class Registry:
             check_public_topic(given["retry_dead_letter_topic"], internal)
         check_policy_fields(merged)
         if merged.get("burst") and not merged.get("rate"):
-            raise bad_request("invalid_rate_limit", "rateLimit.burst needs "
-                              "rateLimit.messagesPerSecond (the consumer has no rate limit)")
+            raise invalid("invalid_rate_limit", "rateLimit.burst needs "
+                          "rateLimit.messagesPerSecond (the consumer has no rate limit)")
 
-    async def put_consumer(self, group: str, fields: dict[str, str | None]) -> tuple[ConsumerRecord, bool]:
+    async def put_consumer(self, consumer: str, fields: dict[str, str | None]) -> tuple[ConsumerRecord, bool]:
         """Register (or re-register) with exactly ``fields`` (hash fields; None: unset);
         returns (the record, created)."""
         fields = dict(fields)
         if fields.get("mode") is None:  # left out or null: the default, never "no mode"
             fields["mode"] = "cluster"
-        old = await self.config(group)
+        old = await self.config(consumer)
         now = str(now_ms())
         values = {k: v for k, v in fields.items() if v is not None}
         self._check(fields, values)
         values.update(registered="1", updated_ms=now, created_ms=old.get("created_ms") or now)
-        await self.records.replace_config(group, values)
-        await self.records.add_registered(group)
-        return ConsumerRecord(group, values), not old.get("registered")
+        await self.records.replace_config(consumer, values)
+        await self.records.add_registered(consumer)
+        return ConsumerRecord(consumer, values), not old.get("registered")
 
-    async def patch_consumer(self, group: str, fields: dict[str, str | None]) -> ConsumerRecord:
+    async def patch_consumer(self, consumer: str, fields: dict[str, str | None]) -> ConsumerRecord:
         """Change only the given hash fields (None clears one), nothing else; works for
         open-mode consumers (``created`` when this made the name)."""
-        cfg = await self.config(group)
+        cfg = await self.config(consumer)
         if not cfg and not self.settings.open_mode:
-            raise not_found("unknown_consumer", f"consumer {group!r} is not registered")
-        created = not cfg and not await self.records.known(group)
+            raise unknown("unknown_consumer", f"consumer {consumer!r} is not registered")
+        created = not cfg and not await self.records.known(consumer)
         if cfg.get("registered") == "1":
             if "topics" in fields and fields["topics"] is None:
-                raise bad_request("invalid_topics", "a registered consumer needs topics")
+                raise invalid("invalid_topics", "a registered consumer needs topics")
             if "mode" in fields and fields["mode"] is None:  # back to the default, as PUT does
                 fields = {**fields, "mode": "cluster"}
         elif {"topics", "mode"} & set(fields):  # only a registration holds a consumer to them
-            raise bad_request("registration_required", f"consumer {group!r} is not registered: "
-                              "topics and mode are enforced only for registered consumers "
-                              f"(PUT /admin/consumers/{group})")
+            raise invalid("registration_required", f"consumer {consumer!r} is not registered: "
+                          "topics and mode are enforced only for registered consumers "
+                          f"(PUT /admin/consumers/{consumer})")
         sets = {k: v for k, v in fields.items() if v is not None}
         # checked on the hash as it will be: a PATCH of one retry field may mix a policy
         # (read-check-write: two PATCHes at once could still, rarely, leave a mixed policy)
         self._check(fields, {**{k: v for k, v in cfg.items() if k not in fields}, **sets})
         sets["updated_ms"] = str(now_ms())
-        await self.records.update_config(group, sets, [k for k, v in fields.items() if v is None])
+        await self.records.update_config(consumer, sets, [k for k, v in fields.items() if v is None])
         if cfg.get("registered") != "1":  # settings of an open-mode name: list it (and watch
-            await self.records.mark_seen(group, now_ms())  # its alert thresholds)
-        return ConsumerRecord(group, await self.config(group), created)
+            await self.records.mark_seen(consumer, now_ms())  # its alert thresholds)
+        return ConsumerRecord(consumer, await self.config(consumer), created)
 
-    async def require_known(self, group: str) -> dict[str, str]:
+    async def require_known(self, consumer: str) -> dict[str, str]:
         """The consumer's config; 404 unless it is registered or open mode serves it, so that an
         operator's typo fails instead of pausing or resetting a name nobody consumes as."""
-        return (await self.writable(group))[0]
+        return (await self.writable(consumer))[0]
 
-    async def writable(self, group: str) -> tuple[dict[str, str], bool]:
+    async def writable(self, consumer: str) -> tuple[dict[str, str], bool]:
         """(config, created) for a write: outside open mode only a registered consumer
         (``404 unknown_consumer``); in open mode any name, ``created`` when it was never seen
         (the write makes it, and the answer says so)."""
-        cfg = await self.config(group)
+        cfg = await self.config(consumer)
         if cfg.get("registered") == "1":
             return cfg, False
         if not self.settings.open_mode:
-            raise not_found("unknown_consumer", f"consumer {group!r} is not registered")
-        return cfg, not cfg and not await self.records.known(group)
+            raise unknown("unknown_consumer", f"consumer {consumer!r} is not registered")
+        return cfg, not cfg and not await self.records.known(consumer)
 
-    async def set_paused(self, group: str, paused: bool) -> bool:
+    async def set_paused(self, consumer: str, paused: bool) -> bool:
         """Pause or resume; True when this created the consumer (see :meth:`writable`)."""
-        cfg, created = await self.writable(group)
-        await self.store.set_config(group, {"paused": "1" if paused else "0", "updated_ms": now_ms()})
+        cfg, created = await self.writable(consumer)
+        await self.store.set_config(consumer, {"paused": "1" if paused else "0", "updated_ms": now_ms()})
         if cfg.get("registered") != "1":  # as patch_consumer: an open-mode name with settings is listed
-            await self.records.mark_seen(group, now_ms())
+            await self.records.mark_seen(consumer, now_ms())
         return created
 
-    async def delete_consumer(self, group: str, delete_offsets: bool) -> DeleteResult:
+    async def delete_consumer(self, consumer: str, delete_offsets: bool) -> DeleteResult:
         """Unregister: settings and rate bucket go; offsets too if asked. Key grants stay with
         their keys (revoke the key to remove them)."""
-        existed, deleted = await self.records.delete_consumer(group, delete_offsets)
+        existed, deleted = await self.records.delete_consumer(consumer, delete_offsets)
         if delete_offsets and self.checkpoints is not None:
             # or a consumer of the same name would later resume from the old checkpoint
-            await self.checkpoints.forget(group)
-        return DeleteResult(group, existed, delete_offsets, deleted)
+            await self.checkpoints.forget(consumer)
+        return DeleteResult(consumer, existed, delete_offsets, deleted)
 
     async def consumer_names(self) -> tuple[set[str], set[str]]:
         """(registered, seen) consumer names; the seen ones are those unregistered names (open
@@ -200,7 +200,7 @@ class Registry:
         if raw is None:
             if missing_ok:
                 return None
-            raise not_found("unknown_producer", f"producer {name!r} is not registered")
+            raise unknown("unknown_producer", f"producer {name!r} is not registered")
         return _producer(raw)
 
     async def list_producers(self) -> list[ProducerRecord]:
@@ -208,7 +208,7 @@ class Registry:
 
     async def delete_producer(self, name: str) -> None:
         if not await self.records.delete_producer(name):
-            raise not_found("unknown_producer", f"producer {name!r} is not registered")
+            raise unknown("unknown_producer", f"producer {name!r} is not registered")
 
 
 def _producer(raw: dict[str, object]) -> ProducerRecord:

@@ -1,7 +1,7 @@
 """The relay: moves delayed records along the wheel's level topics and into their topics.
 
 It is stateless like the rest of the gateway: it consumes the level topics through the same
-lock/commit machinery in Redis as ``/message`` (its consumer is :data:`RELAY_GROUP`), so any
+lock/commit machinery in Redis as ``/message`` (its consumer is :data:`RELAY_CONSUMER`), so any
 number of relays on any nodes share the queues, and a crashed relay's queue is taken over when
 its lock expires (``relay_lock_ms``). For each queue it locks, it reads from the committed
 offset, sends on every record whose time has come (core/wheel.py: the next level, or the
@@ -19,11 +19,18 @@ import asyncio
 import logging
 from collections import Counter as CounterOf
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ..broker import Broker, BrokerUnavailable, OutgoingMessage, Record, UnknownTopic
+from ..broker import (
+    Broker,
+    BrokerUnavailable,
+    OutgoingMessage,
+    ProduceResult,
+    Record,
+    UnknownTopic,
+)
 from ..config import Settings, node_id
 from ..store import Lock, NeedsRestore, NoQueue, OffsetStore, Settled, now_ms
 from .checkpoint import Checkpoints
@@ -46,7 +53,7 @@ log = logging.getLogger("mqgw.relay")
 
 #: The relay's consumer name in Redis. A leading '_' is not refused by the name rules, but no
 #: registered consumer is expected to start with "_mqgw".
-RELAY_GROUP = f"{INTERNAL_PREFIX}.relay"
+RELAY_CONSUMER = f"{INTERNAL_PREFIX}.relay"
 #: With nothing due and no wake-up, look again this often anyway.
 IDLE_S = 5.0
 #: After a broker or Redis failure, pause this long before the next try.
@@ -80,6 +87,20 @@ class _Wheeled:
 
 
 _Batch = list[tuple[_Wheeled, OutgoingMessage]]
+#: A write of a batch to a topic: the broker's results, or the exception that failed it.
+_Sent = tuple[str, _Batch, list[ProduceResult] | BaseException]
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """What a forward did, counted over its writes."""
+
+    #: False when a failure that a retry may cure happened: the records are sent again.
+    ok: bool = True
+    #: ``delivered``, ``hopped`` and ``dropped`` records.
+    counts: CounterOf[str] = field(default_factory=CounterOf)
+    #: The level queues written to (``{topic: {queue: high watermark}}``), to wake the relays.
+    levels_written: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def _parse(r: Record) -> _Wheeled | None:
@@ -101,7 +122,7 @@ class Relay:
                  delay: DelayService, counted: Callable[[str, int], None] | None = None,
                  checkpoints: Checkpoints | None = None) -> None:
         self.settings = settings
-        #: The relay's level positions are checkpointed like a consumer's (RELAY_GROUP): after a
+        #: The relay's level positions are checkpointed like a consumer's (RELAY_CONSUMER): after a
         #: Redis loss it resumes there. Without, it would start every level at its earliest
         #: retained record and deliver every delayed record of the retention period again.
         self.checkpoints = checkpoints if checkpoints is not None and checkpoints.enabled else None
@@ -203,14 +224,14 @@ class Relay:
             return None
         for _ in range(2):  # a restore, then choose again
             chosen = await self.store.choose(
-                RELAY_GROUP, "", topic, wm, address=self.address,
+                RELAY_CONSUMER, "", topic, wm, address=self.address,
                 default_timeout_ms=self.settings.relay_lock_ms, default_start="earliest",
                 client_idle_ms=self.settings.client_idle_ms, max_messages=self.settings.relay_batch,
                 open_mode=True, skip=skip, restore=self.checkpoints is not None)
             if not isinstance(chosen, NeedsRestore) or self.checkpoints is None:
                 break
             try:
-                await self.checkpoints.restore(RELAY_GROUP, topic, chosen.start, wm)
+                await self.checkpoints.restore(RELAY_CONSUMER, topic, chosen.start, wm)
             except BrokerUnavailable as e:
                 log.warning("relay: positions of %s not restored yet: %s", topic, e)
                 return None
@@ -298,7 +319,7 @@ class Relay:
 
     async def _settle(self, topic: str, lock: Lock, offset: int, nxt: int, park_until: int) -> bool:
         """Commit ``[offset, nxt)``; keep the queue locked until ``park_until`` (0: free it)."""
-        r = await self.store.delay.settle(self.store.queues_key(RELAY_GROUP), topic, lock.queue,
+        r = await self.store.delay.settle(self.store.queues_key(RELAY_CONSUMER), topic, lock.queue,
                                           offset, nxt, lock.token, park_until,
                                           self.settings.relay_lock_ms)
         if r is not Settled.SETTLED:
@@ -310,11 +331,26 @@ class Relay:
     async def _forward(self, items: list[_Wheeled]) -> bool:
         """Send each record on (next level or its topic); True when every send was acknowledged
         or failed for good (an unknown topic or partition, a record too large: logged and
-        dropped, a retry would never succeed). Where each goes is decided once, now: a record
-        with less than the smallest level left goes to its topic at its due time (a wait of at
-        most that level), the others to their next level at once."""
-        now = now_ms()
-        hops: dict[str, list[tuple[_Wheeled, OutgoingMessage]]] = {}
+        dropped, a retry would never succeed)."""
+        hops, finals = self._route(items, now_ms())
+        sent = await self._send(hops, finals)
+        if sent is None:
+            return False
+        outcome = _Outcome()
+        for topic, batch, res in sent:
+            self._account(topic, batch, res, outcome)
+        for kind, n in outcome.counts.items():
+            self._count(kind, n)
+        if outcome.levels_written:
+            self.poke(outcome.levels_written)
+            await self.store.delay.poke(outcome.levels_written)
+        return outcome.ok
+
+    def _route(self, items: list[_Wheeled], now: int) -> tuple[dict[str, _Batch], list[_Wheeled]]:
+        """Where each record goes, decided once, now: a record with less than the smallest level
+        left is final (to its topic at its due time, a wait of at most that level); the others
+        hop to their next level at once, with a new hop due. ``({level topic: batch}, finals)``."""
+        hops: dict[str, _Batch] = {}
         finals: list[_Wheeled] = []
         for w in items:
             level = self.wheel.level_for(w.due - now)
@@ -326,57 +362,58 @@ class Relay:
             headers.append((H_HOP_DUE, str(now + level).encode()))
             hops.setdefault(self.wheel.topic(level), []).append(
                 (w, OutgoingMessage(r.value, r.key, headers)))
-        sends = [(t, batch, self.broker.produce(t, [m for _, m in batch], urgent=False))
+        return hops, finals
+
+    async def _send(self, hops: dict[str, _Batch], finals: list[_Wheeled]) -> list[_Sent] | None:
+        """Write the hops now and the finals at their due time, side by side: per topic, its
+        batch and the results (or the exception that failed the write). None when delivering
+        the finals failed as a whole (the cancel look-up in Redis)."""
+        sends = [self.broker.produce(t, [m for _, m in batch], urgent=False)
                  for t, batch in hops.items()]
-        out = [(t, batch) for t, batch, _ in sends]
-        results: list[Any] = list(await asyncio.gather(
-            *(c for _, _, c in sends), self._deliver(finals), return_exceptions=True))
+        results: list[Any] = list(await asyncio.gather(*sends, self._deliver(finals),
+                                                       return_exceptions=True))
         delivered = results.pop()
         if isinstance(delivered, BaseException):
             log.warning("relay: delivering %d records failed (%r); they are sent again in %.0f s",
                         len(finals), delivered, RETRY_S)
-            return False
-        for t, batch, res in delivered:
-            out.append((t, batch))
-            results.append(res)
-        ok = True
-        levels_written: dict[str, dict[str, int]] = {}
-        counts: CounterOf[str] = CounterOf()
-        for (t, batch), res in zip(out, results, strict=True):
-            if isinstance(res, UnknownTopic):
-                log.error("relay: topic %s does not exist; %d delayed records for it dropped",
-                          t, len(batch))
-                self._count("dropped", len(batch))
-                continue
-            if isinstance(res, BaseException):
-                log.warning("relay: sending %d records to %s failed (%r); they are sent again in "
-                            "%.0f s", len(batch), t, res, RETRY_S)
-                ok = False
-                continue
-            for (w, _), pr in zip(batch, res, strict=True):
-                if not pr.error_code:
-                    if t == w.topic:
-                        counts["delivered"] += 1
-                        self.wm.observe(t, pr.queue, pr.offset + 1)  # wakes this node's polls
-                    else:
-                        counts["hopped"] += 1
-                        note_written(levels_written, t, pr)
-                elif pr.error_code in ("unknown_topic", "unknown_partition", "message_too_large"):
-                    log.error("relay: delayed record %s for %s dropped: %s", w.delay_id, w.topic,
-                              pr.error)
-                    counts["dropped"] += 1
-                else:
-                    log.warning("relay: sending delayed record %s to %s failed (%s: %s); it is "
-                                "sent again in %.0f s", w.delay_id, t, pr.error_code, pr.error, RETRY_S)
-                    ok = False
-        for kind, n in counts.items():
-            self._count(kind, n)
-        if levels_written:
-            self.poke(levels_written)
-            await self.store.delay.poke(levels_written)
-        return ok
+            return None
+        finals_sent: list[_Sent] = delivered
+        return [*((t, batch, res) for (t, batch), res in zip(hops.items(), results, strict=True)),
+                *finals_sent]
 
-    async def _deliver(self, finals: list[_Wheeled]) -> list[tuple[str, _Batch, Any]]:
+    def _account(self, topic: str, batch: _Batch, res: list[ProduceResult] | BaseException,
+                 outcome: _Outcome) -> None:
+        """Count what a write to ``topic`` did with each record of ``batch``; a failure that a
+        retry may cure makes ``outcome`` not ok (the read is sent again)."""
+        if isinstance(res, UnknownTopic):
+            log.error("relay: topic %s does not exist; %d delayed records for it dropped",
+                      topic, len(batch))
+            outcome.counts["dropped"] += len(batch)
+            return
+        if isinstance(res, BaseException):
+            log.warning("relay: sending %d records to %s failed (%r); they are sent again in "
+                        "%.0f s", len(batch), topic, res, RETRY_S)
+            outcome.ok = False
+            return
+        for (w, _), pr in zip(batch, res, strict=True):
+            if pr.error_code is None:
+                if topic == w.topic:
+                    outcome.counts["delivered"] += 1
+                    self.wm.observe(topic, pr.queue, pr.offset + 1)  # wakes this node's polls
+                else:
+                    outcome.counts["hopped"] += 1
+                    note_written(outcome.levels_written, topic, pr)
+            elif pr.error_code.permanent:
+                log.error("relay: delayed record %s for %s dropped: %s", w.delay_id, w.topic,
+                          pr.error)
+                outcome.counts["dropped"] += 1
+            else:
+                log.warning("relay: sending delayed record %s to %s failed (%s: %s); it is "
+                            "sent again in %.0f s", w.delay_id, topic, pr.error_code, pr.error,
+                            RETRY_S)
+                outcome.ok = False
+
+    async def _deliver(self, finals: list[_Wheeled]) -> list[_Sent]:
         """At the latest due time among ``finals`` (at most the smallest level from now), drop
         those cancelled and write the others to their topics; the results per topic, an
         exception in place of a failed write."""
@@ -385,7 +422,7 @@ class Relay:
         await sleep_until(max(w.due for w in finals))
         dropped = await self.store.delay.deliver([(w.delay_id, w.due) for w in finals],
                                                  self.settings.delay_cancel_cutoff_ms)
-        out: dict[str, list[tuple[_Wheeled, OutgoingMessage]]] = {}
+        out: dict[str, _Batch] = {}
         for i, w in enumerate(finals):
             if i in dropped:
                 continue  # cancelled

@@ -4,7 +4,7 @@ A requestId names everything the ack needs (broker, consumer, queue, batch
 offsets, the lock token and the high watermark the fetch saw), so nodes need no
 memory of what they handed out.
 The HMAC makes it unforgeable: an altered id could otherwise commit offsets
-for someone else's group.
+for another consumer.
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ import re
 from dataclasses import dataclass
 
 from . import b64url
-from .errors import Invalid, bad_request
+from .errors import Invalid, invalid
 
 _VERSION = "2"
 #: Fields per version: "1" (before fetch times) is still read, so a batch fetched before an
 #: upgrade can be acked after it.
 _FIELDS = {"1": 10, "2": 11}
-_SEP = "\x1f"  # never valid in a group, clientId, topic or queue name
+_SEP = "\x1f"  # never valid in a consumer, clientId, topic or queue name
 _SIG_BYTES = 16
 
 
 @dataclass(frozen=True, slots=True)
 class BatchRef:
     broker: str
-    group: str
+    consumer: str
     client_id: str  # "" in cluster mode
     topic: str
     queue: str
@@ -45,7 +45,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 
 def _malformed(why: str) -> Invalid:
-    return bad_request("invalid_request_id", f"requestId is malformed: {why}")
+    return invalid("invalid_request_id", f"requestId is malformed: {why}")
 
 
 class RequestIdCodec:
@@ -57,7 +57,7 @@ class RequestIdCodec:
 
     def encode(self, ref: BatchRef) -> str:
         payload = _SEP.join(
-            (_VERSION, ref.broker, ref.group, ref.client_id, ref.topic, ref.queue,
+            (_VERSION, ref.broker, ref.consumer, ref.client_id, ref.topic, ref.queue,
              str(ref.offset), str(ref.next_offset), str(ref.token), str(ref.high_watermark),
              str(ref.fetched_ms))
         ).encode()
@@ -76,13 +76,13 @@ class RequestIdCodec:
         if len(raw) <= _SIG_BYTES or len(parts) != _FIELDS.get(parts[0], 11):
             raise _malformed("not one that /message handed out")
         if not hmac.compare_digest(sig, self._sign(payload)):
-            raise bad_request("invalid_request_id", "requestId signature does not match: it was "
-                              "altered, or signed with another gateway's key")
+            raise invalid("invalid_request_id", "requestId signature does not match: it was "
+                          "altered, or signed with another gateway's key")
         if parts[0] not in _FIELDS:
-            raise bad_request("invalid_request_id", "requestId version is not supported")
-        _, broker, group, client_id, topic, queue, *texts = parts
+            raise invalid("invalid_request_id", "requestId version is not supported")
+        _, broker, consumer, client_id, topic, queue, *texts = parts
         numbers = [int(x) for x in texts if _INT.fullmatch(x)]
         if len(numbers) != len(texts) or not all(_INT64[0] <= n <= _INT64[1] for n in numbers):
             # signed with our key, yet not made by us: a leaked key, or a bug
             raise _malformed("its numbers are not 64-bit integers")
-        return BatchRef(broker, group, client_id, topic, queue, *numbers)
+        return BatchRef(broker, consumer, client_id, topic, queue, *numbers)

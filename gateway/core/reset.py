@@ -13,7 +13,7 @@ from typing import Any
 from ..broker import Broker
 from ..store import OffsetStore
 from .checkpoint import Checkpoints
-from .errors import bad_request, not_found
+from .errors import invalid, unknown
 from .names import check_name, check_topic
 
 RESET_MODES = ("earliest", "latest", "timestamp", "offset")
@@ -52,10 +52,10 @@ class ResetResult:
         return sum(1 for m in self.queues if m.before != m.after)
 
 
-async def reset(store: OffsetStore, broker: Broker, group: str, req: ResetRequest,
+async def reset(store: OffsetStore, broker: Broker, consumer: str, req: ResetRequest,
                 cfg: dict[str, str], client_idle_ms: int = 7 * 86_400_000,
                 checkpoints: Checkpoints | None = None) -> ResetResult:
-    """Move one consumer's committed offsets on a topic; see the README's operations section.
+    """Move one consumer's committed offsets on a topic; see docs/api.md, Reset offsets.
 
     ``cfg`` is the consumer's config (``Registry.require_known``, which refuses unknown names
     outside open mode). A registered consumer is reset only on its registered topics: a typo in
@@ -66,18 +66,18 @@ async def reset(store: OffsetStore, broker: Broker, group: str, req: ResetReques
         client = check_name(client, "clientId")
     registered = cfg.get("registered") == "1"
     if registered and f",{topic}," not in cfg.get("topics", ""):
-        raise bad_request("topic_not_allowed", f"consumer {group!r} is not registered for topic {topic!r}")
+        raise invalid("topic_not_allowed", f"consumer {consumer!r} is not registered for topic {topic!r}")
     mode = req.to
     if mode not in RESET_MODES:
-        raise bad_request("invalid_to", f"to must be one of {', '.join(RESET_MODES)}")
+        raise invalid("invalid_to", f"to must be one of {', '.join(RESET_MODES)}")
     queue = req.queue
     if queue is not None and (isinstance(queue, bool) or not isinstance(queue, (str, int))):
-        raise bad_request("invalid_queue", "queue must be a queue id such as \"0\"")
+        raise invalid("invalid_queue", "queue must be a queue id such as \"0\"")
     wm = await broker.watermarks(topic)  # fresh from the broker: resets are rare, get them right
     queues = list(wm)
     if queue is not None:
         if str(queue) not in wm:
-            raise not_found("unknown_queue", f"topic {topic!r} has no queue {queue!r}")
+            raise unknown("unknown_queue", f"topic {topic!r} has no queue {queue!r}")
         queues = [str(queue)]
     targets: dict[str, int] = {}
     if mode == "earliest":
@@ -87,34 +87,34 @@ async def reset(store: OffsetStore, broker: Broker, group: str, req: ResetReques
     elif mode == "timestamp":
         ts = req.timestamp
         if type(ts) is not int or not 0 <= ts <= 2**63 - 1:
-            raise bad_request("invalid_timestamp", "timestamp must be ms since the epoch")
+            raise invalid("invalid_timestamp", "timestamp must be ms since the epoch")
         targets = {q: await broker.offset_for_time(topic, q, ts) for q in queues}
     else:
         off = req.offset
         if queue is None:
-            raise bad_request("queue_required", "an explicit offset needs a queue")
+            raise invalid("queue_required", "an explicit offset needs a queue")
         if type(off) is not int:
-            raise bad_request("invalid_offset", "offset must be an integer")
+            raise invalid("invalid_offset", "offset must be an integer")
         lo, hi = wm[str(queue)]
         if not lo <= off <= hi:
-            raise bad_request("offset_out_of_range", f"offset must be between {lo} and {hi}",
-                              min=lo, max=hi)
+            raise invalid("offset_out_of_range", f"offset must be between {lo} and {hi}",
+                          min=lo, max=hi)
         targets = {str(queue): off}
     if registered:  # a hash of the other mode is one no reader ever uses
         if cfg.get("mode") == "cluster" and client:
-            raise bad_request("client_id_not_allowed",
-                              f"consumer {group!r} is registered in cluster mode: leave out clientId")
+            raise invalid("client_id_not_allowed",
+                          f"consumer {consumer!r} is registered in cluster mode: leave out clientId")
         if cfg.get("mode") == "broadcast" and not client:
-            raise bad_request("client_id_required", f"consumer {group!r} is registered in broadcast "
-                              "mode: give a clientId, or '*' for all of them")
+            raise invalid("client_id_required", f"consumer {consumer!r} is registered in broadcast "
+                          "mode: give a clientId, or '*' for all of them")
     if client == "*":
-        clients = [c for c, _ in await store.clients(group)]
+        clients = [c for c, _ in await store.clients(consumer)]
     else:
         clients = [client] if client else [""]
     moved: list[MovedQueue] = []
     for c in clients:  # a clientId's offsets expire when idle; one the reset creates must too
-        for q, old, new in await store.reset(group, c, topic, targets, client_idle_ms=client_idle_ms):
+        for q, old, new in await store.reset(consumer, c, topic, targets, client_idle_ms=client_idle_ms):
             moved.append(MovedQueue(c or None, q, old if old >= 0 else None, new))
     if checkpoints is not None and clients == [""]:  # so that a later restore does not undo it
-        await checkpoints.save_now(group, topic, targets)
-    return ResetResult(group, topic, mode, moved)
+        await checkpoints.save_now(consumer, topic, targets)
+    return ResetResult(consumer, topic, mode, moved)

@@ -3,7 +3,7 @@
 A record a consumer fails (``/nack``, or ``failed`` offsets on ``/ack``) is written through the
 delay wheel to that consumer's own *retry topic* for the topic it read (other consumers of the
 topic never see it again), and ``/message`` serves the retry topic's queues beside the topic's
-(core/consume.py). After its last attempt it goes to the consumer's dead-letter topic instead.
+(core/fetch.py). After its last attempt it goes to the consumer's dead-letter topic instead.
 Where it came from, which attempt comes next and when it first went out travel in ``mqgw-*``
 headers, so a retry topic is read like any other and no node remembers anything.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..broker import Record
 from ..config import Settings
-from .errors import bad_request
+from .errors import invalid
 from .wheel import H_DUE
 
 #: The delivery attempt a record is on (1: its first delivery, from the topic itself).
@@ -56,7 +56,7 @@ class RetryPolicy:
     dead_letter_topic: str
 
     @classmethod
-    def of(cls, group: str, cfg: dict[str, str], settings: Settings) -> RetryPolicy:
+    def of(cls, consumer: str, cfg: dict[str, str], settings: Settings) -> RetryPolicy:
         """The consumer's policy from its config hash, the gateway's defaults filling the gaps.
         A ``delaysMs`` schedule without ``maxAttempts`` allows one retry per listed delay."""
         delays = tuple(int(d) for d in cfg.get("retry_delays_ms", "").split(",") if d)
@@ -69,7 +69,7 @@ class RetryPolicy:
             max_delay_ms=int(cfg.get("retry_max_delay_ms") or settings.retry_max_delay_ms),
             delays_ms=delays,
             dead_letter_topic=cfg.get("retry_dead_letter_topic") or dead_letter_topic(
-                settings.dead_letter_prefix, group))
+                settings.dead_letter_prefix, consumer))
 
     def delay_before(self, attempt: int) -> int:
         """The wait (ms) between a failure and delivery ``attempt`` (2 = the first retry). A
@@ -95,23 +95,23 @@ def check_policy_fields(cfg: dict[str, str]) -> None:
     """Refuse a config hash whose retry policy mixes a schedule with the exponential fields:
     :meth:`RetryPolicy.of` would follow the schedule and silently ignore the others."""
     if cfg.get("retry_delays_ms") and any(cfg.get(f) for f in EXPONENTIAL_FIELDS):
-        raise bad_request("conflicting_retry", "retry.delaysMs (a delay per retry) replaces "
-                          "initialDelayMs, multiplier and maxDelayMs (exponential delays): give "
-                          "one or the other (in a PATCH, null the others to switch)")
+        raise invalid("conflicting_retry", "retry.delaysMs (a delay per retry) replaces "
+                      "initialDelayMs, multiplier and maxDelayMs (exponential delays): give "
+                      "one or the other (in a PATCH, null the others to switch)")
 
 
-def retry_topic(prefix: str, group: str, topic: str, client_id: str = "") -> str:
-    """The retry topic of ``group`` (and in broadcast mode of its ``client_id``) for ``topic``:
+def retry_topic(prefix: str, consumer: str, topic: str, client_id: str = "") -> str:
+    """The retry topic of ``consumer`` (and in broadcast mode of its ``client_id``) for ``topic``:
     readable, and made unique by a digest of the three names (names may contain dots, so
     ``a.b`` + ``c`` and ``a`` + ``b.c`` must not meet), within Kafka's 249 characters."""
-    digest = hashlib.sha256(f"{group}\0{topic}\0{client_id}".encode()).hexdigest()[:10]
-    readable = f"{group}.{topic}" + (f".{client_id}" if client_id else "")
+    digest = hashlib.sha256(f"{consumer}\0{topic}\0{client_id}".encode()).hexdigest()[:10]
+    readable = f"{consumer}.{topic}" + (f".{client_id}" if client_id else "")
     room = _MAX_TOPIC - len(prefix) - len(digest) - 1
     return f"{prefix}{readable[:room]}.{digest}"
 
 
-def dead_letter_topic(prefix: str, group: str) -> str:
-    return f"{prefix}{group}"[:_MAX_TOPIC]
+def dead_letter_topic(prefix: str, consumer: str) -> str:
+    return f"{prefix}{consumer}"[:_MAX_TOPIC]
 
 
 def header(r: Record, name: str) -> str | None:

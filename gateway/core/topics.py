@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..broker import Broker, QueueInfo, TopicExists, TopicInfo, TopicRefused
 from ..config import Settings
-from .errors import Conflict, bad_request, forbidden
+from .errors import Conflict, denied, invalid
 from .names import check_topic, internal_topic_prefixes, is_internal_topic
 from .watermarks import Watermarks
 
@@ -72,26 +72,26 @@ class TopicService:
         ``replication`` None: the broker's default."""
         check_topic(name)
         if is_internal_topic(name, self.internal):
-            raise forbidden("internal_topic", f"topic {name!r} would be one of the gateway's own "
-                            "(delay levels, retry topics, made by the gateway when needed) or "
-                            "the broker's ('__…')")
+            raise denied("internal_topic", f"topic {name!r} would be one of the gateway's own "
+                         "(delay levels, retry topics, made by the gateway when needed) or "
+                         "the broker's ('__…')")
         if not 1 <= partitions <= MAX_PARTITIONS:
-            raise bad_request("invalid_partitions", f"partitions must be an integer from 1 to "
-                              f"{MAX_PARTITIONS}", min=1, max=MAX_PARTITIONS)
+            raise invalid("invalid_partitions", f"partitions must be an integer from 1 to "
+                          f"{MAX_PARTITIONS}", min=1, max=MAX_PARTITIONS)
         if replication is not None and not 1 <= replication <= MAX_REPLICATION:
-            raise bad_request("invalid_replication_factor", "replicationFactor must be an integer "
-                              f"from 1 to {MAX_REPLICATION}, or null for the broker's default",
-                              min=1, max=MAX_REPLICATION)
+            raise invalid("invalid_replication_factor", "replicationFactor must be an integer "
+                          f"from 1 to {MAX_REPLICATION}, or null for the broker's default",
+                          min=1, max=MAX_REPLICATION)
         try:
             await self.broker.create_topic(name, partitions, replication)
         except TopicExists:
             raise Conflict("topic_exists", f"topic {name!r} exists already") from None
         except TopicRefused as e:
             if e.code == "not_authorized":
-                raise forbidden("broker_denied", f"the broker does not let the gateway create "
-                                f"topic {name!r}: {e.message}") from None
-            raise bad_request(e.code, f"the broker refused to create topic {name!r}: "
-                              f"{e.message}") from None
+                raise denied("broker_denied", f"the broker does not let the gateway create "
+                             f"topic {name!r}: {e.message}") from None
+            raise invalid(e.code, f"the broker refused to create topic {name!r}: "
+                          f"{e.message}") from None
         if self.watermarks is not None:
             self.watermarks.created(name)  # a /message that just found it missing: not any more
         return await self.describe(name)

@@ -43,11 +43,11 @@ def queue_row(q: QueueState, high_watermark: int, now: int) -> QueueRow:
         address=q.address or None)
 
 
-async def queue_rows(store: OffsetStore, group: str, client_id: str = "",
+async def queue_rows(store: OffsetStore, consumer: str, client_id: str = "",
                      now: int | None = None) -> list[QueueRow]:
     """The rows of one consumer (or one of its broadcast clientIds), with the shared watermarks
     as they are stored (views do not refresh them)."""
     now = now_ms() if now is None else now
-    states = await store.queue_states(group, client_id)
+    states = await store.queue_states(consumer, client_id)
     shared = {t: await store.shared_watermarks(t) for t in {q.topic for q in states}}
     return [queue_row(q, shared[q.topic].get(q.queue, (0, 0))[1], now) for q in states]

@@ -1,12 +1,13 @@
 """Where long polls that found nothing wait, in one process, so that a crowd costs what the work
 costs and not what the crowd is.
 
-Before this, every waiting poll woke on its own: every ``refresh`` interval to look at the
-watermarks, every second (or five) to re-run choose in Redis, and all at once whenever a high
-watermark moved. 10,000 polls waiting on one topic would run 10,000 choose scripts per new
-record, for at most one queue each to take.
+Polls that each wake on their own (every ``refresh`` interval to look at the watermarks, every
+second or five to re-run choose in Redis, and all at once whenever a high watermark moves) cost
+what the crowd is: 10,000 polls waiting on one topic would run 10,000 choose scripts per new
+record, for at most one queue each to take (BENCHMARKS.md, issue 10: 2,440 scripts for one
+record under 1,200 polls that way, ~20 with this module).
 
-Now the waiters of one *key* (topic, consumer, clientId: the polls that compete for the same
+So the waiters of one *key* (topic, consumer, clientId: the polls that compete for the same
 queues) queue up here, oldest first, and are woken in small numbers:
 
 - **New records**: one watcher per topic (not per poll) reads the process's cached watermarks
@@ -53,9 +54,12 @@ def _expire(fut: asyncio.Future[bool]) -> None:
 
 class WaitRoom:
     def __init__(self, highs: Callable[[str], Awaitable[dict[str, int]]], tick_s: float,
-                 fallback_s: float) -> None:
+                 fallback_s: float, seen: Callable[[str], dict[str, int]]) -> None:
         #: The topic's high watermark per queue, as this process sees it (cheap: a cached read).
         self._highs = highs
+        #: The same, as the cache holds it right now, without any I/O: a new watcher's baseline
+        #: (see _watch).
+        self._seen = seen
         self._tick_s = tick_s
         #: After a timed re-check, the next one is due this long later at the latest, in case the
         #: poll it woke does not come back to re-arm it (it got a batch, or an error).
@@ -63,10 +67,6 @@ class WaitRoom:
         self._lines: dict[Key, _Line] = {}
         self._by_topic: dict[str, set[Key]] = {}
         self._watchers: dict[str, asyncio.Task[None]] = {}
-
-    def waiting(self) -> int:
-        """How many polls wait here now (for metrics and tests)."""
-        return sum(len(line.waiters) for line in self._lines.values())
 
     async def wait(self, key: Key, timeout_s: float, recheck_s: float,
                    also: str | None = None) -> bool:
@@ -144,7 +144,11 @@ class WaitRoom:
     def _watch(self, topic: str) -> None:
         running = self._watchers.get(topic)
         if running is None or running.done():  # done: it saw no waiter left, and its callback
-            task = asyncio.ensure_future(self._watcher(topic))  # has not run yet
+            # has not run yet. The baseline is what the waiting poll looked at, taken now: a
+            # refresh that lands before the watcher's first read (it was started by that poll's
+            # own stale read) moved the highs past what the poll chose on, and a baseline read
+            # then would hide it until the re-check (5 s when idle).
+            task = asyncio.ensure_future(self._watcher(topic, dict(self._seen(topic))))
             self._watchers[topic] = task
             task.add_done_callback(lambda t: self._forget(topic, t))
 
@@ -152,18 +156,17 @@ class WaitRoom:
         if self._watchers.get(topic) is task:  # not a newer watcher of the same topic
             del self._watchers[topic]
 
-    async def _watcher(self, topic: str) -> None:
-        """While polls wait on ``topic``: wake as many per key as queues got new records."""
-        last: dict[str, int] | None = None
+    async def _watcher(self, topic: str, last: dict[str, int]) -> None:
+        """While polls wait on ``topic``: wake as many per key as queues got new records since
+        ``last`` (the highs they chose on)."""
         while topic in self._by_topic:
             try:
                 highs = await self._highs(topic)
             except Exception:  # noqa: BLE001 - unknown topic, broker or Redis down: polls time out
-                highs = last or {}
-            if last is not None:
-                moved = sum(1 for q, hi in highs.items() if hi > last.get(q, 0))
-                if moved:
-                    for key in list(self._by_topic.get(topic, ())):
-                        self.wake(key, moved)
+                highs = last
+            moved = sum(1 for q, hi in highs.items() if hi > last.get(q, 0))
+            if moved:
+                for key in list(self._by_topic.get(topic, ())):
+                    self.wake(key, moved)
             last = dict(highs)
             await asyncio.sleep(self._tick_s)

@@ -28,7 +28,7 @@ log = logging.getLogger("mqgw.watermarks")
 _STALE_INTERVALS = 10
 #: Listings of topics by prefix (:meth:`Watermarks.exists`) are this old at most: a consumer's
 #: first retry can reach a poll on another node this late (5 s made the first retry of
-#: tests/test_retry.py up to 1.2 s late, polls landing on either of two nodes). One metadata
+#: tests/system/test_retry.py up to 1.2 s late, polls landing on either of two nodes). One metadata
 #: request per process per interval, answered in the background.
 LIST_EVERY_S = 1.0
 
@@ -86,6 +86,11 @@ class Watermarks:
         self._listed[prefix] = (time.monotonic(), names)
         if old is not None and self.on_new_topics is not None and names - old[1]:
             self.on_new_topics(names - old[1])
+
+    def cached(self, topic: str) -> dict[str, tuple[int, int]]:
+        """The watermarks this process holds for ``topic`` now, with no I/O ({} if none)."""
+        e = self._topics.get(topic)
+        return e.queues if e else {}
 
     def version(self, topic: str) -> int:
         e = self._topics.get(topic)

@@ -22,16 +22,21 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from ..config import node_id
+from ..broker import Broker
+from ..config import Settings, node_id
 from ..core.errors import Busy
-from ..store import AlertKey, now_ms
+from ..core.registry import Registry
+from ..store import AlertKey, OffsetStore, now_ms
 from . import backlog
+
+if TYPE_CHECKING:
+    import httpx  # imported when the first webhook is sent
 
 log = logging.getLogger("mqgw.alerts")
 
@@ -52,16 +57,22 @@ METRIC_SEEN_MAX = 100
 
 
 class AlertMonitor:
-    def __init__(self, gw: Any) -> None:
-        self.gw = gw
-        self.store = gw.store  # its .alerts: the lease, lock and state in Redis
-        self.interval_ms: int = gw.settings.alert_interval_ms
-        self.webhook_url: str = gw.settings.alert_webhook_url
+    """One per process. ``settings``, ``store``, ``broker`` and ``registry`` are what
+    :func:`backlog.collect` reads (it is handed the monitor)."""
+
+    def __init__(self, settings: Settings, store: OffsetStore, broker: Broker,
+                 registry: Registry) -> None:
+        self.settings = settings
+        self.store = store  # its .alerts: the lease, lock and state in Redis
+        self.broker = broker
+        self.registry = registry
+        self.interval_ms = settings.alert_interval_ms
+        self.webhook_url = settings.alert_webhook_url
         self.node_id = f"{node_id()}:{uuid.uuid4().hex[:8]}"
         self._task: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._http: Any = None  # httpx.AsyncClient, made on the first webhook
+        self._http: httpx.AsyncClient | None = None  # made on the first webhook
 
     def key(self, what: AlertKey) -> str:
         return self.store.alerts.key(what)
@@ -137,13 +148,13 @@ class AlertMonitor:
         thresholds, and the METRIC_SEEN_MAX most recent unregistered ones seen within
         METRIC_SEEN_MS. In open mode any client can invent names: one fuzzing run left 1,151
         series behind, each scraped forever."""
-        registered, seen = await self.gw.registry.seen_consumers()
+        registered, seen = await self.registry.seen_consumers()
         recent = sorted((t, n) for n, t in seen.items() if t >= now - METRIC_SEEN_MS)
         return registered | set(states) | {n for _, n in recent[-METRIC_SEEN_MAX:]}
 
     async def _evaluate(self, token: str) -> None:
         started = time.monotonic()
-        consumers = await backlog.collect(self.gw, with_age=_age_threshold)
+        consumers = await backlog.collect(self, with_age=_age_threshold)
         now = now_ms()
         previous = await self.store.alerts.states()
         states: dict[str, dict[str, Any]] = {}
@@ -164,9 +175,10 @@ class AlertMonitor:
                 "thresholds": limits, "evaluatedMs": now,
             }
             states[name] = state
-            if firing != was_firing:
-                events.append(_event(state, "firing" if firing else "resolved",
-                                     reasons if firing else old["reasons"]))
+            if firing and not was_firing:
+                events.append(_event(state, "firing", reasons))
+            elif was_firing and not firing and old is not None:
+                events.append(_event(state, "resolved", old["reasons"]))
         for old in previous.values():  # unregistered, or its thresholds were removed
             if old["state"] == "firing":
                 events.append(_event({**old, "since": now}, "resolved", old["reasons"]))

@@ -62,7 +62,7 @@ async def collect(gw: Any, consumers: list[str] | None = None,
     peeks = _Peeks(gw.broker)
     out = []
     for c in read:
-        g, cfg = c.group, c.config
+        g, cfg = c.consumer, c.config
         age = with_age(cfg) if callable(with_age) else with_age
         rows = [_row(q, None, his, now, peeks if age else None) for q in c.queues]
         client_rows = [(cid, ts, [_row(q, cid, his, now, peeks if age else None)

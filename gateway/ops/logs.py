@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -95,7 +95,7 @@ class JsonFormatter(logging.Formatter):
             return orjson.dumps({k: v if isinstance(v, str) else repr(v) for k, v in out.items()}).decode()
 
 
-class LoopBatchedHandler(logging.StreamHandler):
+class LoopBatchedHandler(logging.StreamHandler[TextIO]):
     """A stream handler that writes every ``delay_s`` at most instead of once per line.
 
     Inside a running loop, lines are collected and written (and flushed) together by a timer

@@ -91,7 +91,10 @@ CONNECTIONS_DROPPED = Counter("mqgw_connections_dropped_total",
                               "Connections the server ended on its own: head_timeout, body_timeout "
                               "(slow clients) and over_limit (refused: max_connections_per_worker)",
                               ["reason"])
-DROP_REASONS = ("head_timeout", "body_timeout", "over_limit")
+#: Why the server (gateway/api/server.py) ends a connection on its own: a head or body too slow,
+#: over the connection cap, a head too large, a client that takes no answer, too many pipelined.
+DROP_REASONS = ("head_timeout", "body_timeout", "over_limit", "head_too_large", "write_timeout",
+                "pipeline_full")
 
 # Pre-bound children: creating them here also makes every series visible (at 0) from the start,
 # so rate() and absent() queries behave before the first event.
@@ -110,7 +113,7 @@ CollectorHook = Callable[[], Awaitable[list[Metric]]]
 _hooks: list[CollectorHook] = []
 
 
-def _child(cache: dict, metric: Counter, value: str) -> Counter:
+def _child(cache: dict[str, Counter], metric: Counter, value: str) -> Counter:
     c = cache.get(value)
     if c is None:  # a value the code added later; still bounded because callers pass constants
         c = cache[value] = metric.labels(value)

@@ -1,7 +1,8 @@
 """``mqgw snapshot``: sample every consumer's queue state from Redis into Parquet files.
 
 One sample is one file with one row per (time, consumer, clientId, broker, topic, queue), laid
-out for Spark's partition discovery::
+out for Spark's partition discovery (the format, shared with the report job, is
+:mod:`gateway.core.snapshot_format`'s; here the tag in the name is ``<host>-<pid>``)::
 
     DIR/date=YYYY-MM-DD/hour=HH/snap-<YYYYmmddTHHMMSSmmm>-<host>-<pid>.parquet     (UTC)
 
@@ -80,46 +81,25 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..config import Settings, parse_duration, redact_url
+from ..core.snapshot_format import (
+    COLUMNS,
+    COMPRESSION,
+    SCHEMA,
+    file_path,
+    table_from_columns,
+    table_from_rows,
+)
 from ..files import fsync_path
 from ..store import Scanner, ScanStats, lua_number
 
-#: The file schema: a contract with the report job (``mqgw report``). Add columns at the end only.
-SCHEMA = pa.schema(
-    [
-        pa.field("ts", pa.timestamp("ms", tz="UTC"), nullable=False),  # sample time, same for all rows
-        pa.field("consumer", pa.string(), nullable=False),
-        pa.field("client_id", pa.string(), nullable=False),  # "" in cluster mode
-        pa.field("mode", pa.string(), nullable=False),  # "cluster" | "broadcast"
-        pa.field("broker", pa.string(), nullable=False),  # the adapter's name: "kafka"
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("queue", pa.string(), nullable=False),  # partition number as a string
-        pa.field("max_offset", pa.int64(), nullable=False),  # max(stored max, watermark hi)
-        pa.field("committed_offset", pa.int64(), nullable=False),
-        pa.field("low_watermark", pa.int64()),  # the shared watermark hash; null if not listed
-        pa.field("high_watermark", pa.int64()),
-        pa.field("lock_age_ms", pa.int64()),  # null when the queue is not locked
-        pa.field("lock_timeout_ms", pa.int64(), nullable=False),
-        pa.field("last_access_ms", pa.int64()),  # epoch ms of the last lock or commit; null if never
-        pa.field("paused", pa.bool_(), nullable=False),
-        pa.field("registered", pa.bool_(), nullable=False),
-        pa.field("rate_limit", pa.float64()),  # messages/s; null when not rate limited
-        pa.field("rate_tokens", pa.float64()),  # bucket refilled to Redis' time; null when not limited
-        # epoch ms of the consumer's (clientId's) last /message, whatever it returned; null if never
-        pa.field("last_poll_ms", pa.int64()),
-    ],
-    metadata={"mqgw.snapshot.version": "2"},
-)
-COLUMNS = SCHEMA.names
 #: The ``broker`` column when nothing else says: the gateway's default adapter (``--broker`` and
 #: ``MQGW_BROKER`` choose another).
 DEFAULT_BROKER = Settings().broker
-#: Parquet compression. Spark 3 reads zstd natively.
-COMPRESSION = "zstd"
 #: SCAN / HSCAN COUNT, and commands per pipeline round trip (see the module docstring).
 SCAN_COUNT = 1000
 CHUNK = 100
-DEFAULT_DIR = "snapshots"
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+#: What :func:`write_snapshot_rows` fills in for a column a row leaves out.
+_ROW_DEFAULTS = {"broker": DEFAULT_BROKER, "paused": False, "registered": False}
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
 
 
@@ -156,7 +136,7 @@ async def collect(reader: Scanner, prefix: str = "mqgw", default_timeout_ms: int
         per_group[g] = (int(timeout) if timeout is not None else default_timeout_ms,
                         cfg.get("paused") == "1", cfg.get("registered") == "1", rate, tokens)
     for h in sample.hashes:
-        g, client = h.group, h.client_id
+        g, client = h.consumer, h.client_id
         timeout, paused, registered, rate, tokens = per_group[g]
         for q in h.queues:
             lo, hi = sample.watermarks.get(q.topic, {}).get(q.queue, (None, None))
@@ -183,20 +163,9 @@ async def collect(reader: Scanner, prefix: str = "mqgw", default_timeout_ms: int
 
 # -- files ----------------------------------------------------------------------------------------
 
-def _ts_ms(ts: float | dt.datetime) -> int:
-    if isinstance(ts, dt.datetime):
-        if ts.tzinfo is None:
-            raise ValueError("ts must be timezone-aware (UTC)")
-        return (ts - _EPOCH) // dt.timedelta(milliseconds=1)
-    return int(ts)
-
-
 def snapshot_path(out_dir: str | os.PathLike[str], ts: int | dt.datetime) -> Path:
     """Where the sample taken at ``ts`` goes (before de-duplication of the name)."""
-    t = dt.datetime.fromtimestamp(_ts_ms(ts) / 1000, dt.UTC)
-    stamp = t.strftime("%Y%m%dT%H%M%S") + f"{_ts_ms(ts) % 1000:03d}"
-    return (Path(out_dir) / f"date={t:%Y-%m-%d}" / f"hour={t:%H}"
-            / f"snap-{stamp}-{_HOST}-{os.getpid()}.parquet")
+    return file_path(out_dir, ts, f"{_HOST}-{os.getpid()}")
 
 
 def _open(path: str) -> BinaryIO:
@@ -256,13 +225,6 @@ def remove_abandoned(out_dir: str | os.PathLike[str], older_than_s: float = ABAN
     return removed
 
 
-def table_from_columns(ts: int | dt.datetime, cols: dict[str, list[Any]]) -> pa.Table:
-    n = len(cols["consumer"])
-    arrays = [pa.array([_ts_ms(ts)] * n, SCHEMA.field("ts").type)]
-    arrays += [pa.array(cols[c], SCHEMA.field(c).type) for c in COLUMNS[1:]]
-    return pa.Table.from_arrays(arrays, schema=SCHEMA)
-
-
 def write_snapshot_rows(rows: list[dict[str, Any]], out_dir: str | os.PathLike[str],
                         ts: int | dt.datetime) -> Path:
     """Write rows (dicts keyed by :data:`SCHEMA` names, ``ts`` left out) as the sample taken at
@@ -270,20 +232,7 @@ def write_snapshot_rows(rows: list[dict[str, Any]], out_dir: str | os.PathLike[s
     snapshot``. E.g. for synthetic report inputs. Nullable columns may be left out, and so may
     ``client_id`` (""), ``mode`` (from client_id), ``broker``, ``paused`` and ``registered``
     (False); the others are required."""
-    cols: dict[str, list[Any]] = {c: [] for c in COLUMNS[1:]}
-    for r in rows:
-        extra = set(r) - set(COLUMNS[1:])
-        if extra:
-            raise ValueError(f"unknown column(s): {sorted(extra)}")
-        client = r.get("client_id", "")
-        defaults = {"client_id": client, "mode": "broadcast" if client else "cluster",
-                    "broker": DEFAULT_BROKER, "paused": False, "registered": False}
-        for c in COLUMNS[1:]:
-            v = r.get(c, defaults.get(c))
-            if v is None and not SCHEMA.field(c).nullable:
-                raise ValueError(f"column {c!r} may not be null: {r}")
-            cols[c].append(v)
-    return write_table(table_from_columns(ts, cols), out_dir, ts)
+    return write_table(table_from_rows(ts, rows, _ROW_DEFAULTS), out_dir, ts)
 
 
 async def take(reader: Scanner, out_dir: str | os.PathLike[str], prefix: str = "mqgw",

@@ -28,7 +28,7 @@ def max_gap_ms(interval_ms: float) -> float:
 
 def grid(points: Iterable[tuple[int, int, float]], start_ms: int, bucket_ms: int, cols: int,
          max_gap: float) -> list[float]:
-    """``(first_ms, last_ms, lag)`` per bucket (as :func:`metrics._bucketed` returns them; several
+    """``(first_ms, last_ms, lag)`` per bucket (as :func:`lag._bucketed` returns them; several
     per bucket are merged) -> one value per bucket: the highest lag, the held lag of the previous
     sample across a short gap, or NaN where no sample came for longer than ``max_gap`` ms."""
     row = [math.nan] * cols

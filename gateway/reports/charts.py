@@ -21,26 +21,19 @@ matplotlib.use("Agg")
 
 import matplotlib.dates as mdates
 from matplotlib import colormaps
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
 
+from gateway.reports.formatting import human, rate
+
 DPI = 100
 INK, MUTED, GRID = "#1f2937", "#6b7280", "#e5e7eb"
-GOOD, BAD, PROD = "#16a34a", "#dc2626", "#94a3b8"
+GOOD, BAD = "#16a34a", "#dc2626"
 UTC = dt.UTC
-
-
-def human(v: float) -> str:
-    """12 -> '12', 12_345 -> '12.3k', 4_200_000 -> '4.2M'."""
-    a = abs(v)
-    for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if a >= div:
-            s = f"{v / div:.1f}".rstrip("0").rstrip(".")
-            return s + unit
-    return f"{v:.0f}" if a >= 10 or v == int(v) else f"{v:.2g}"
 
 
 _HUMAN = FuncFormatter(lambda v, _pos: human(v))
@@ -58,7 +51,7 @@ def _figure(w: float, h: float) -> Figure:
     return fig
 
 
-def _style(ax, ylabel: str | None = None) -> None:
+def _style(ax: Axes, ylabel: str | None = None) -> None:
     ax.grid(True, color=GRID, linewidth=0.8)
     ax.set_axisbelow(True)
     for side in ("top", "right"):
@@ -70,10 +63,20 @@ def _style(ax, ylabel: str | None = None) -> None:
         ax.set_ylabel(ylabel, color=MUTED, fontsize=10)
 
 
-def _time_axis(ax) -> None:
-    loc = mdates.AutoDateLocator(tz=UTC, minticks=4, maxticks=10)
+# matplotlib.dates leaves these unannotated: the untyped calls are here and only here.
+
+def _time_axis(ax: Axes, minticks: int = 4, maxticks: int = 10, show_offset: bool = True) -> None:
+    """UTC dates on the x axis, in as few characters as tell them apart."""
+    loc = mdates.AutoDateLocator(tz=UTC, minticks=minticks, maxticks=maxticks)  # type: ignore[no-untyped-call]
     ax.xaxis.set_major_locator(loc)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc, tz=UTC))
+    ax.xaxis.set_major_formatter(
+        mdates.ConciseDateFormatter(loc, tz=UTC, show_offset=show_offset))  # type: ignore[no-untyped-call]
+
+
+def _date_num(ms: int) -> float:
+    """Epoch ms as matplotlib's date number (for an image's extent)."""
+    n: float = mdates.date2num(dt.datetime.fromtimestamp(ms / 1000, UTC))  # type: ignore[no-untyped-call]
+    return n
 
 
 #: A label as drawn: its text and box (x0, y0, x1, y1) in pixels from the image's top left.
@@ -93,8 +96,8 @@ def _render(fig: Figure, texts: Sequence[Text] = (), ticks_of: Any = None) -> Ch
     """Draw once (constrained layout settles), measure the labels (``texts`` and the y tick labels
     of the axes ``ticks_of``, read after drawing, which may replace them), then write the PNG."""
     canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    renderer = canvas.get_renderer()
+    canvas.draw()  # type: ignore[no-untyped-call]  # matplotlib's backend_agg is unannotated
+    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
     height = fig.bbox.height
     labels: list[Label] = []
     ticks = list(ticks_of.get_yticklabels()) if ticks_of is not None else []
@@ -183,9 +186,8 @@ def top_lag(panels: Sequence[Panel]) -> Chart:
         texts.append(ax.annotate(p.note, (0, 1), xycoords="axes fraction", xytext=(0, 3),
                                  textcoords="offset points", va="bottom", ha="left", fontsize=9,
                                  color=BAD if p.growing else GOOD))
-    loc = mdates.AutoDateLocator(tz=UTC, minticks=2, maxticks=4)
-    axes[0].xaxis.set_major_locator(loc)  # shared: one locator and formatter for every panel
-    axes[0].xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc, tz=UTC, show_offset=False))
+    # shared: one locator and formatter for every panel
+    _time_axis(axes[0], minticks=2, maxticks=4, show_offset=False)
     return _render(fig, texts)
 
 
@@ -219,7 +221,7 @@ def consumer_rates(rows: Sequence[RateRow]) -> Chart:
         ratio = (c / p) if p > 0 else (RATE_CAP if c > 0 else 1.0)
         ratios.append(min(ratio, RATE_CAP))
         colors.append(BAD if r.behind else GOOD)
-        notes.append(f"{_rate(r.consumed)} of {_rate(r.produced)}/s"
+        notes.append(f"{rate(r.consumed)} of {rate(r.produced)}/s"
                      + (f" · lag {human(r.lag)}" if r.lag else ""))
     ax.barh(ys, ratios, height=0.62, color=colors, zorder=2)
     ax.axvline(1.0, color=INK, linewidth=1.2, zorder=3)
@@ -243,13 +245,6 @@ def consumer_rates(rows: Sequence[RateRow]) -> Chart:
     return _render(fig, texts, ticks_of=ax)
 
 
-def _rate(v: float | None) -> str:
-    if v is None:
-        return "—"
-    a = abs(v)
-    return f"{v:,.0f}" if a >= 100 else f"{v:,.1f}" if a >= 10 else f"{v:,.2f}"
-
-
 def lag_heatmap(labels: Sequence[str], start_ms: int, bucket_ms: int,
                 grid: Sequence[Sequence[float]]) -> Chart:
     """Queues (rows, highest current lag first) x time buckets; colour = highest lag in the
@@ -264,8 +259,7 @@ def lag_heatmap(labels: Sequence[str], start_ms: int, bucket_ms: int,
     vmax = max(2.0, float(finite.max()) if finite.size else 2.0)
     cmap = colormaps["YlOrRd"].with_extremes(under="white", bad="#e5e7eb")
     shown = np.where(m == 0, 0.5, m)  # under vmin -> white
-    x0 = mdates.date2num(dt.datetime.fromtimestamp(start_ms / 1000, UTC))
-    x1 = mdates.date2num(dt.datetime.fromtimestamp((start_ms + cols * bucket_ms) / 1000, UTC))
+    x0, x1 = _date_num(start_ms), _date_num(start_ms + cols * bucket_ms)
     im = ax.imshow(np.ma.masked_invalid(shown), aspect="auto", interpolation="nearest",
                    cmap=cmap, norm=LogNorm(vmin=1, vmax=vmax), extent=(x0, x1, rows, 0))
     ax.set_yticks([i + 0.5 for i in range(rows)], [_short(s, 52) for s in labels], fontsize=8)

@@ -10,6 +10,7 @@ import datetime as dt
 from typing import Any
 
 from gateway.reports import buckets, rates
+from gateway.reports.formatting import human
 
 RATE_ROWS = 25  # consumers in the rates chart (behind first); the table under it has them all
 
@@ -18,7 +19,7 @@ def heat_grid(result: dict[str, Any]) -> tuple[list[str], list[list[float]]]:
     """Labels and rows of the heat map (one row per queue shown, one value per time bucket)."""
     first, step = result["first_ms"], result["heat_ms"]
     cols = result["span_ms"] // step + 1
-    points: dict[tuple, list[tuple[int, int, float]]] = {}
+    points: dict[tuple[str, ...], list[tuple[int, int, float]]] = {}
     for r in result["heat"]:
         k = tuple(r[c] for c in ("consumer", "client_id", "broker", "topic", "queue"))
         points.setdefault(k, []).append((r["t_ms"], r["last_ms"], r["lag"]))
@@ -59,8 +60,8 @@ def charts(result: dict[str, Any]) -> dict[str, Any]:
     for r in top:
         xs, ys = series[(r["consumer"], r["client_id"])]
         slope = r["lag_slope"] or 0.0
-        note = f"{C.human(r['lag'])}" + (f" {'▲' if slope > 0 else '▼'} {C.human(abs(slope))}/s"
-                                         if abs(slope) >= 0.005 else "")
+        note = f"{human(r['lag'])}" + (f" {'▲' if slope > 0 else '▼'} {human(abs(slope))}/s"
+                                       if abs(slope) >= 0.005 else "")
         panels.append(C.Panel(f"{r['rank']}. {rates.who(r)}", note, rates.behind(r), xs, ys))
     out["top_lag"] = C.top_lag(panels) if panels else None
     readers = rates.topics_by_reader(result["readers"])

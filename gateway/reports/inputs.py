@@ -6,11 +6,12 @@ the files alone: ``mqgw report`` says "no samples" without starting Spark. The f
 also what Spark reads, instead of every file under the directory.
 
 A file's time comes from its name when ``mqgw snapshot`` (or :mod:`gateway.reports.synth`) named
-it (``snap-YYYYmmddTHHMMSSmmm-….parquet``: every row of a sample has that ``ts``), else from the
+it (``snap-YYYYmmddTHHMMSSmmm-….parquet``, :func:`gateway.core.snapshot_format.name_time`: every
+row of a sample has that ``ts``), else from the
 min/max statistics of ``ts`` in its Parquet footer; a file whose footer cannot be read is kept
 (Spark skips it as corrupt). Names starting with ``.`` or ``_`` are skipped, as Spark skips them
 (files being written, metadata). ``date=`` directories outside the window (a day of slack on
-either side, as :func:`gateway.reports.metrics.read_samples` prunes) are not even listed.
+either side, as :func:`gateway.reports.lag.read_samples` prunes) are not even listed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-_NAMED = re.compile(r"snap-(\d{8}T\d{6})(\d{3})-")
+from gateway.core.snapshot_format import name_time
+
 _DATE_DIR = re.compile(r"date=(\d{4}-\d{2}-\d{2})")
 _DAY = dt.timedelta(days=1)
 
@@ -68,12 +70,8 @@ def _date_ok(name: str, lo: str | None, hi: str | None) -> bool:
 
 def _time_span(path: Path) -> tuple[int | None, int | None]:
     """(first, last) sample time in the file, epoch ms; (None, None) when unknown."""
-    m = _NAMED.match(path.name)
-    if m:
-        t = dt.datetime.strptime(m[1], "%Y%m%dT%H%M%S").replace(tzinfo=dt.UTC)
-        ms = round(t.timestamp()) * 1000 + int(m[2])
-        return ms, ms
-    return _footer_span(path)
+    ms = name_time(path.name)
+    return (ms, ms) if ms is not None else _footer_span(path)
 
 
 def _footer_span(path: Path) -> tuple[int | None, int | None]:
@@ -97,9 +95,9 @@ def _footer_span(path: Path) -> tuple[int | None, int | None]:
         return None, None
 
 
-def _ms(v: object) -> int:
+def _ms(v: dt.datetime | int) -> int:
     if isinstance(v, dt.datetime):
         if v.tzinfo is None:
             v = v.replace(tzinfo=dt.UTC)
         return round(v.timestamp() * 1000)
-    return int(v)  # type: ignore[call-overload]
+    return int(v)

@@ -14,7 +14,7 @@ The window is [--since, --until) (UTC when no offset is given). DIR must be read
 executor (a shared filesystem, HDFS, S3); the results are small (one row per queue at most) and
 are collected to the driver, which writes REPORT/ on its own filesystem:
 ``{queues,consumers,topics,stuck,idle,top}.{parquet,csv}``, ``report.html`` (self-contained),
-``charts/*.png`` and ``summary.json``. Definitions: :mod:`gateway.reports.metrics`.
+``charts/*.png`` and ``summary.json``. Definitions: :mod:`gateway.reports.lag`.
 
 The gateway's own topics (delay levels, retry topics: :func:`gateway.core.names
 .internal_topic_prefixes` of the settings, ``MQGW_CONFIG`` and ``MQGW_*`` as for the gateway)
@@ -40,17 +40,23 @@ if __name__ == "__main__" and not __package__:  # run as a file: spark-submit ..
 
 import argparse
 import datetime as dt
+import functools
 import itertools
 import json
 import math
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.config import parse_duration
 from gateway.reports import inputs
+
+if TYPE_CHECKING:  # pyspark and pyarrow are imported when the command runs, not with this module
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
 
 TABLES = ("queues", "consumers", "topics", "stuck", "idle", "top")
 LINE_POINTS = 300  # at most this many points per line in the time charts
@@ -231,10 +237,10 @@ logger.jetty.level = warn
     return path
 
 
-def _session(args: argparse.Namespace, tmp: Path, small: bool = False):
+def _session(args: argparse.Namespace, tmp: Path, small: bool = False) -> SparkSession:
     from pyspark.sql import SparkSession
 
-    from gateway.reports import metrics as M
+    from gateway.reports import lag
 
     b = SparkSession.builder.appName("mqgw-report")
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM already
@@ -254,7 +260,7 @@ def _session(args: argparse.Namespace, tmp: Path, small: bool = False):
             b = b.config(k, v)
     if loopback:
         b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    for k, v in M.SPARK_CONF.items():
+    for k, v in lag.SPARK_CONF.items():
         b = b.config(k, v)
     for kv in args.conf:
         k, sep, v = kv.partition("=")
@@ -276,7 +282,7 @@ def _session(args: argparse.Namespace, tmp: Path, small: bool = False):
     return spark
 
 
-def _start(builder, loopback: bool):
+def _start(builder: SparkSession.Builder, loopback: bool) -> SparkSession:
     """Start the JVM. With a local master, SPARK_LOCAL_IP=127.0.0.1 in its environment: the JVM
     reads its own address from that variable before any setting, and without it warns, on a host
     whose name resolves to 127.0.x.x, "Your hostname ... resolves to a loopback address ... Set
@@ -291,68 +297,67 @@ def _start(builder, loopback: bool):
         os.environ.pop("SPARK_LOCAL_IP", None)
 
 
-def compute(spark, o: dict[str, Any]) -> dict[str, Any] | None:
+def compute(spark: SparkSession, o: dict[str, Any]) -> dict[str, Any] | None:
     """Run the Spark part; returns the tables (pyarrow), the chart series and the summary."""
     from pyspark.sql import functions as F
 
-    from gateway.reports import figures, rates
-    from gateway.reports import metrics as M
+    from gateway.reports import figures, lag, rates
 
     clock = _Clock()
     skip = o["internal"]
-    rows = M.read_samples(
+    rows = lag.read_samples(
         spark, o["snapshots"], o["since_ms"], o["until_ms"],
         # file:// and the path as it is: Hadoop reads a path's URI escapes as part of the name
         files=[f"file://{f}" for f in o["files"]] if o.get("files") else None,
         skip_topics=() if skip["included"] else tuple(skip["topic_prefixes"]),
         skip_consumers=() if skip["included"] else tuple(skip["consumer_prefixes"]))
-    queues = M.queue_stats(rows, o["stuck_after_ms"]).persist()
-    b = M.window_bounds(queues)
+    queues = lag.queue_stats(rows, o["stuck_after_ms"]).persist()
+    b = lag.window_bounds(queues)
     clock("window")
     if not b.get("rows"):
         queues.unpersist()
         return None
     first_ms, end_ms = b["first_ms"], b["last_ms"]
-    every = M.mark_gone(queues, end_ms)
+    every = lag.mark_gone(queues, end_ms)
     live = every.where(~F.col("gone"))  # current figures count only queues still there
-    consumers = M.consumer_stats(live, end_ms, o["idle_after_ms"]).persist()
+    consumers = lag.consumer_stats(live, end_ms, o["idle_after_ms"]).persist()
     by_lag = [F.desc("lag")]
     dfs = {
-        "queues": every.drop("first_ms", "last_ms").orderBy(*M.queue_order()),
-        "consumers": consumers.orderBy(*by_lag, *M.WHO),
-        "topics": M.topic_stats(live).orderBy(*by_lag, "broker", "topic"),
-        "stuck": M.stuck_stats(live).orderBy(F.desc("stalled_s"), *by_lag, *M.queue_order()),
-        "idle": M.idle_stats(live, consumers, end_ms, o["idle_after_ms"]).orderBy(
-            F.col("idle_s").desc_nulls_first(), "kind", *M.WHO),
-        "top": consumers.where(F.col("lag") > 0).orderBy(*by_lag, *M.WHO).limit(o["top"]),
+        "queues": every.drop("first_ms", "last_ms").orderBy(*lag.queue_order()),
+        "consumers": consumers.orderBy(*by_lag, *lag.WHO),
+        "topics": lag.topic_stats(live).orderBy(*by_lag, "broker", "topic"),
+        "stuck": lag.stuck_stats(live).orderBy(F.desc("stalled_s"), *by_lag, *lag.queue_order()),
+        "idle": lag.idle_stats(live, consumers, end_ms, o["idle_after_ms"]).orderBy(
+            F.col("idle_s").desc_nulls_first(), "kind", *lag.WHO),
+        "top": consumers.where(F.col("lag") > 0).orderBy(*by_lag, *lag.WHO).limit(o["top"]),
     }
     tables = {}
     for name, df in dfs.items():
         tables[name] = df.toArrow()
         clock(f"table_{name}")
     tables["top"] = _with_rank(tables["top"])
-    readers = M.subscription_stats(live).toArrow().to_pylist()
+    readers = lag.subscription_stats(live).toArrow().to_pylist()
     clock("readers")
 
     span = end_ms - first_ms
     line_ms = max(1, math.ceil(span / LINE_POINTS))
     # The three time series read the samples again: cache just the columns they need once
     # (with thousands of small files, each scan costs far more than this cache).
-    lean = rows.select(*M.KEY, "t_ms", "lag").persist()
-    total = M.total_lag_series(lean, first_ms, line_ms).toArrow().to_pylist()
+    lean = rows.select(*lag.KEY, "t_ms", "lag").persist()
+    total = lag.total_lag_series(lean, first_ms, line_ms).toArrow().to_pylist()
     clock("series_total")
-    interval = M.sample_interval_ms(lean)
+    interval = lag.sample_interval_ms(lean)
     if interval is None:  # a single sample time
         gaps = [b2["t_ms"] - a["t_ms"] for a, b2 in itertools.pairwise(total)]
         interval = statistics.median(gaps) if gaps else 1
     clock("sample_interval")
     heat_ms = max(math.ceil(span / HEAT_COLUMNS), int(interval), 1)
-    top_series = M.consumer_lag_series(lean, dfs["top"], first_ms, line_ms).toArrow().to_pylist() \
+    top_series = lag.consumer_lag_series(lean, dfs["top"], first_ms, line_ms).toArrow().to_pylist() \
         if tables["top"].num_rows else []
     clock("series_top")
-    heat_keys = live.where(F.col("lag") > 0).orderBy(*by_lag, *M.queue_order()).limit(HEAT_ROWS)
-    heat_rows = heat_keys.select(*M.KEY, "lag").toArrow().to_pylist()
-    heat = M.queue_lag_series(lean, heat_keys, first_ms, heat_ms).toArrow().to_pylist() \
+    heat_keys = live.where(F.col("lag") > 0).orderBy(*by_lag, *lag.queue_order()).limit(HEAT_ROWS)
+    heat_rows = heat_keys.select(*lag.KEY, "lag").toArrow().to_pylist()
+    heat = lag.queue_lag_series(lean, heat_keys, first_ms, heat_ms).toArrow().to_pylist() \
         if heat_rows else []
     clock("series_heat")
     for df in (lean, consumers, queues):
@@ -419,15 +424,16 @@ class _Clock:
         self._t = now
 
 
-def _with_rank(t):
+def _with_rank(t: pa.Table) -> pa.Table:
     import pyarrow as pa
 
     return t.add_column(0, "rank", pa.array(range(1, t.num_rows + 1), pa.int32()))
 
 
-def _sum(t, col: str):
+def _sum(t: pa.Table, col: str) -> float | None:
     vals = [v for v in t.column(col).to_pylist() if v is not None]
-    return sum(vals) if vals else None
+    total: float = sum(vals)
+    return total if vals else None
 
 
 def _iso(ms: int | None) -> str | None:
@@ -437,7 +443,7 @@ def _iso(ms: int | None) -> str | None:
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
-def _jsonable(rows: list[dict]) -> list[dict]:
+def _jsonable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in rows:
         out.append({k: (v.isoformat().replace("+00:00", "Z") if isinstance(v, dt.datetime) else v)
@@ -454,14 +460,13 @@ def write(out: Path, result: dict[str, Any]) -> None:
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     for name, t in result["tables"].items():
-        _atomic(out / f"{name}.parquet", lambda p, t=t: pq.write_table(t, p))
-        _atomic(out / f"{name}.csv", lambda p, t=t: pacsv.write_csv(t, p))
+        _atomic(out / f"{name}.parquet", functools.partial(pq.write_table, t))
+        _atomic(out / f"{name}.csv", functools.partial(pacsv.write_csv, t))
     charts = figures.charts(result)
     (out / "charts").mkdir(exist_ok=True)
     for name, chart in charts.items():
         if chart:
-            _atomic(out / "charts" / f"{name}.png",
-                    lambda p, png=chart.png: Path(p).write_bytes(png))
+            _atomic(out / "charts" / f"{name}.png", functools.partial(_write_bytes, chart.png))
         else:  # no such chart this time: an earlier run's must not pass for this one's
             (out / "charts" / f"{name}.png").unlink(missing_ok=True)
     for name in RETIRED_CHARTS:  # drawn by an older version: not this run's
@@ -480,7 +485,11 @@ def write(out: Path, result: dict[str, Any]) -> None:
                                          + "\n", encoding="utf-8"))
 
 
-def _atomic(path: Path, write_fn) -> None:
+def _write_bytes(data: bytes, path: str) -> None:
+    Path(path).write_bytes(data)
+
+
+def _atomic(path: Path, write_fn: Callable[[str], object]) -> None:
     """Write through a dot-file in the same directory: fsync, rename, fsync the directory. A
     reader sees the old file or the new one, never a torn one, also after a power loss."""
     from gateway.files import fsync_path  # absolute: spark-submit runs this file as a script

@@ -17,11 +17,12 @@ Row = Mapping[str, Any]
 
 def who(r: Row, sep: str = " / ") -> str:
     """'consumer' or 'consumer / clientId'."""
-    return r["consumer"] + (f"{sep}{r['client_id']}" if r.get("client_id") else "")
+    name: str = r["consumer"]
+    return name + (f"{sep}{r['client_id']}" if r.get("client_id") else "")
 
 
 def behind(r: Row) -> bool:
-    """Its lag grows: ``drain_status`` ``never`` (:mod:`gateway.reports.metrics`: a lag trend
+    """Its lag grows: ``drain_status`` ``never`` (:mod:`gateway.reports.lag`: a lag trend
     beyond noise, above the lag of one sample interval). Not "consumption < production": both
     rates carry the noise of where each sample caught the consumer, so one that keeps up reads
     at 99 % on some partitions and 101 % on others."""
@@ -33,7 +34,8 @@ def ratio(r: Row) -> float | None:
     c, p = r.get("consumption_rate"), r.get("production_rate")
     if c is None or not p:
         return None
-    return c / p
+    q: float = c / p
+    return q
 
 
 def ranked(consumers: Iterable[Row]) -> list[Row]:

@@ -1,13 +1,10 @@
-"""The snapshot schema the report reads, and synthetic snapshot writers for tests and benchmarks.
-
-:data:`SCHEMA` is the contract with ``mqgw snapshot`` (gateway/snapshot.py): one row per (sample
-time, consumer, clientId, broker, topic, queue), in files laid out as
-``DIR/date=YYYY-MM-DD/hour=HH/snap-*.parquet`` (UTC). Files whose names start with ``.`` or ``_``
-are being written (or are metadata) and are skipped by every reader, Spark included.
+"""Synthetic snapshot writers for tests and benchmarks, in the format ``mqgw snapshot`` writes
+(:mod:`gateway.core.snapshot_format`: the one definition of columns, layout and compression).
 
 :func:`write_sample` writes one sample the way the real writer does (a dot-file renamed into
 place). :func:`generate` writes a large, plausible data set with numpy and pyarrow, one sample at
-a time (no Python loop per row), for ``bench/report_bench.py``.
+a time (no Python loop per row), for ``bench/report_bench.py``; :func:`generate_dev` a small one
+shaped like a ``make run`` deployment.
 """
 
 from __future__ import annotations
@@ -21,51 +18,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA = pa.schema(
-    [
-        pa.field("ts", pa.timestamp("ms", tz="UTC"), nullable=False),
-        pa.field("consumer", pa.string(), nullable=False),
-        pa.field("client_id", pa.string(), nullable=False),  # "" = cluster mode
-        pa.field("mode", pa.string(), nullable=False),  # "cluster" | "broadcast"
-        pa.field("broker", pa.string(), nullable=False),
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("queue", pa.string(), nullable=False),
-        pa.field("max_offset", pa.int64(), nullable=False),  # never decreases
-        pa.field("committed_offset", pa.int64(), nullable=False),  # may jump back on a reset
-        pa.field("low_watermark", pa.int64()),
-        pa.field("high_watermark", pa.int64()),
-        pa.field("lock_age_ms", pa.int64()),  # null = not locked
-        pa.field("lock_timeout_ms", pa.int64(), nullable=False),
-        pa.field("last_access_ms", pa.int64()),  # epoch ms of the last lock or commit
-        pa.field("paused", pa.bool_(), nullable=False),
-        pa.field("registered", pa.bool_(), nullable=False),
-        pa.field("rate_limit", pa.float64()),
-        pa.field("rate_tokens", pa.float64()),
-        pa.field("last_poll_ms", pa.int64()),  # epoch ms of the last /message of the consumer key
-    ]
-)
-COLUMNS = SCHEMA.names
-COMPRESSION = "zstd"
+from gateway.core import snapshot_format
+from gateway.core.snapshot_format import COMPRESSION, SCHEMA, file_path, to_ms
 
-
-def to_ms(t: int | float | dt.datetime) -> int:
-    if isinstance(t, dt.datetime):
-        if t.tzinfo is None:
-            t = t.replace(tzinfo=dt.UTC)
-        return round(t.timestamp() * 1000)
-    return int(t)
-
-
-def sample_path(out_dir: str | os.PathLike[str], ts_ms: int, tag: str = "synth") -> Path:
-    t = dt.datetime.fromtimestamp(ts_ms / 1000, dt.UTC)
-    return (Path(out_dir) / f"date={t:%Y-%m-%d}" / f"hour={t:%H}"
-            / f"snap-{t:%Y%m%dT%H%M%S}{ts_ms % 1000:03d}-{tag}.parquet")
+#: What :func:`table_from_rows` fills in for a column a row leaves out.
+ROW_DEFAULTS = {"broker": "kafka", "lock_timeout_ms": 30_000, "paused": False, "registered": False}
 
 
 def write_sample(table: pa.Table, out_dir: str | os.PathLike[str], ts_ms: int,
                  tag: str = "synth") -> Path:
-    """Write one sample's rows atomically (dot-file, then rename) where ``mqgw snapshot`` would."""
-    path = sample_path(out_dir, ts_ms, tag)
+    """Write one sample's rows atomically (dot-file, then rename) where ``mqgw snapshot`` would.
+    Test data: no fsync, and a name taken twice is replaced."""
+    path = file_path(out_dir, ts_ms, tag)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     pq.write_table(table, tmp, compression=COMPRESSION)
@@ -74,28 +38,9 @@ def write_sample(table: pa.Table, out_dir: str | os.PathLike[str], ts_ms: int,
 
 
 def table_from_rows(ts: int | dt.datetime, rows: Iterable[Mapping[str, Any]]) -> pa.Table:
-    """Rows (dicts by column name, ``ts`` left out) of one sample -> a table in :data:`SCHEMA`.
-
-    Defaults: ``client_id`` "", ``mode`` from client_id, ``broker`` "kafka", ``lock_timeout_ms``
-    30000, ``paused``/``registered`` False, nullable columns null."""
-    rows = list(rows)
-    defaults = {"client_id": "", "broker": "kafka", "lock_timeout_ms": 30_000, "paused": False,
-                "registered": False}
-    cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
-    for r in rows:
-        unknown = set(r) - set(COLUMNS)
-        if unknown:
-            raise ValueError(f"unknown column(s) {sorted(unknown)}")
-        for c in COLUMNS[1:]:
-            v = r.get(c, defaults.get(c))
-            if c == "mode" and v is None:
-                v = "broadcast" if r.get("client_id") else "cluster"
-            if v is None and not SCHEMA.field(c).nullable:
-                raise ValueError(f"column {c!r} may not be null: {r}")
-            cols[c].append(v)
-    cols["ts"] = [to_ms(ts)] * len(rows)
-    return pa.Table.from_arrays([pa.array(cols[c], SCHEMA.field(c).type) for c in COLUMNS],
-                                schema=SCHEMA)
+    """Rows (dicts by column name, ``ts`` left out) of one sample -> a table in :data:`SCHEMA`,
+    with :data:`ROW_DEFAULTS` (:func:`gateway.core.snapshot_format.table_from_rows`)."""
+    return snapshot_format.table_from_rows(ts, rows, ROW_DEFAULTS)
 
 
 # -- a large synthetic data set (bench) ------------------------------------------------------------

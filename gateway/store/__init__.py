@@ -18,6 +18,8 @@ Nothing outside this package touches a Redis client. Modules, one job each:
 - ``connect.py``: connecting, "unavailable" errors, replies as ``str``.
 """
 
+from redis.asyncio import Redis  # the client type, for callers that bring their own (tests: fakeredis)
+
 from .alerts import AlertStore
 from .connect import UNAVAILABLE, connect, text, text_dict
 from .delay import CancelOutcome, DelayStore, Settled
@@ -26,13 +28,17 @@ from .offsets import (
     NO_CREDENTIAL,
     AckOutcome,
     AckResult,
+    Chosen,
     Credential,
     Lock,
+    LockState,
     NeedsRestore,
     NoQueue,
     OffsetStore,
     Paused,
+    ProduceVerdict,
     RateLimited,
+    Refusal,
     Refused,
     UnlockOutcome,
     UnlockResult,
@@ -52,19 +58,24 @@ __all__ = [
     "AlertKey",
     "AlertStore",
     "CancelOutcome",
+    "Chosen",
     "ConsumerRead",
     "Credential",
     "DelayStore",
     "Entity",
     "KeyLayout",
     "Lock",
+    "LockState",
     "NeedsRestore",
     "NoQueue",
     "OffsetStore",
     "Paused",
+    "ProduceVerdict",
     "QueueHash",
     "QueueState",
     "RateLimited",
+    "Redis",
+    "Refusal",
     "Refused",
     "RegistryCopyStore",
     "RegistryKey",

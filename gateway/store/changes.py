@@ -16,7 +16,7 @@ The channel name carries the Redis database number as well as the prefix: pub/su
 databases, so two deployments on one server with one prefix in databases 0 and 1 used to get
 each other's notices. Each write then waited the full ``ACK_WAIT_S`` for processes that never
 acknowledge in its database, and the other deployment's acknowledgements (same version number,
-``SADD`` in its own database) could end its wait early (tests/test_notices.py).
+``SADD`` in its own database) could end its wait early (tests/system/test_notices.py).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def connect(url: str, max_connections: int = MAX_CONNECTIONS, pool_timeout_s: fl
     A command whose pooled connection turns out dead is sent once more on a new connection
     (:func:`reconnect_once`): after Redis restarts, every connection in the pool is. Without it,
     each request that drew one answered 503 (8 of 8 concurrent commands right after a restart;
-    tests/test_redis_restart.py). A pool made here gets no retry policy from redis-py's client
+    tests/system/test_redis_restart.py). A pool made here gets no retry policy from redis-py's client
     (its default of 10 retries applies only to a pool the client makes itself).
 
     Redis Cluster: redis-py's cluster client keeps a pool per node with no blocking variant and

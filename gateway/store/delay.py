@@ -27,13 +27,17 @@ _RESUBSCRIBE_S = 1.0
 
 
 class Settled(str, Enum):
-    SETTLED = "settled"
+    """What relay_settle.lua decided, the first element of its reply."""
+
+    SETTLED = "settled"  # committed, and the queue freed or parked
     LOCK_LOST = "lock_lost"  # the lock expired and another relay took the queue
-    OFFSET_MISMATCH = "offset_mismatch"
-    UNKNOWN = "unknown"
+    OFFSET_MISMATCH = "offset_mismatch"  # the committed offset moved (a reset) since the read
+    UNKNOWN = "unknown"  # the relay's hash has no such queue (Redis lost it)
 
 
 class CancelOutcome(str, Enum):
+    """What delay_marks.lua decided about a cancel (its whole reply)."""
+
     CANCELLED = "cancelled"  # now, or already before
     DELIVERED = "delivered"  # the relay delivered it before its cancel window closed
     TOO_LATE = "too_late"  # the cancel window closed: delivered, or on its way

@@ -1,9 +1,9 @@
 """The Redis key layout: every key name the gateway uses, written here once.
 
 ``P`` is the key prefix (``key_prefix``, so several gateways can share one Redis), ``G`` a
-consumer (group) name. ``{...}`` is a Redis Cluster hash tag: all of one consumer's keys live in
-one slot, so its scripts run on one node; the registry, each topic's watermarks and the alert
-state each have a slot of their own.
+consumer's name. ``{...}`` is a Redis Cluster hash tag: all of one consumer's keys live in one
+slot, so its scripts run on one node; the registry, each topic's watermarks and the alert state
+each have a slot of their own.
 
 ==========================  ======  =====================================================
 ``P:{G}:q``                 hash    cluster-mode queues: ``topic:queue:max|com|lock|tok|acc|addr``
@@ -95,21 +95,21 @@ class KeyLayout:
             re.escape(self.prefix) + r":\{([^{}:]+)\}:q(?::([^:{}]+))?"))
 
     # -- one consumer (hash tag {G}) --------------------------------------------------------
-    def queues(self, group: str, client_id: str = "") -> str:
-        base = f"{self.prefix}:{{{group}}}:q"
+    def queues(self, consumer: str, client_id: str = "") -> str:
+        base = f"{self.prefix}:{{{consumer}}}:q"
         return f"{base}:{client_id}" if client_id else base
 
-    def config(self, group: str) -> str:
-        return f"{self.prefix}:{{{group}}}:cfg"
+    def config(self, consumer: str) -> str:
+        return f"{self.prefix}:{{{consumer}}}:cfg"
 
-    def clients(self, group: str) -> str:
-        return f"{self.prefix}:{{{group}}}:clients"
+    def clients(self, consumer: str) -> str:
+        return f"{self.prefix}:{{{consumer}}}:clients"
 
-    def grants(self, group: str) -> str:
-        return f"{self.prefix}:{{{group}}}:auth"
+    def grants(self, consumer: str) -> str:
+        return f"{self.prefix}:{{{consumer}}}:auth"
 
-    def bucket(self, group: str) -> str:
-        return f"{self.prefix}:{{{group}}}:rl"
+    def bucket(self, consumer: str) -> str:
+        return f"{self.prefix}:{{{consumer}}}:rl"
 
     # -- shared -------------------------------------------------------------------------------
     def watermarks(self, topic: str) -> str:
@@ -152,11 +152,11 @@ class KeyLayout:
         as ``P:{G}:quota``: :meth:`parse_queue_key` tells them apart)."""
         return glob_escape(self.prefix) + ":{*}:q*"
 
-    def client_queues_pattern(self, group: str) -> str:
+    def client_queues_pattern(self, consumer: str) -> str:
         """SCAN MATCH pattern of one consumer's broadcast clientId queue hashes."""
-        return glob_escape(self.queues(group)) + ":*"
+        return glob_escape(self.queues(consumer)) + ":*"
 
     def parse_queue_key(self, key: str) -> tuple[str, str] | None:
-        """``(group, clientId)`` of a queue hash key (clientId ``""`` in cluster mode), else None."""
+        """``(consumer, clientId)`` of a queue hash key (clientId ``""`` in cluster mode), else None."""
         m = self._queue_key.fullmatch(key)
         return (m.group(1), m.group(2) or "") if m else None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import Any, NamedTuple, cast
 
 from redis.asyncio import Redis
@@ -63,12 +63,32 @@ class Lock:
     redeliver_below: int = 0
 
 
+class Chosen(IntEnum):
+    """What choose.lua decided: the first element of its reply (the rest depends on it)."""
+
+    NO_QUEUE = 0  # {0, wake_ms}: nothing to lock now -> NoQueue
+    LOCKED = 1  # {1, queue, committed, token, ...}: a queue was locked -> Lock
+    PAUSED = 2  # {2} -> Paused
+    REFUSED = 3  # {3, reason}: the caller may not consume here -> Refused
+    RATE_LIMITED = 4  # {4, retry_after_ms} -> RateLimited
+    NEEDS_RESTORE = 5  # {5, start}: a queue has no committed offset -> NeedsRestore
+
+
+class Refusal(str, Enum):
+    """Why choose.lua refused a caller (``{3, reason}``)."""
+
+    UNAUTHORIZED = "unauthorized"  # auth on, and the key may not consume as this consumer
+    UNREGISTERED = "unregistered"  # not registered, and the gateway is not in open mode
+    TOPIC_NOT_ALLOWED = "topic_not_allowed"  # registered, but not for this topic
+    CLIENT_ID_REQUIRED = "client_id_required"  # registered in broadcast mode, no clientId
+    CLIENT_ID_NOT_ALLOWED = "client_id_not_allowed"  # registered in cluster mode, a clientId
+
+
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """The caller may not consume here: ``unauthorized``, ``unregistered``, ``topic_not_allowed``,
-    ``client_id_required`` or ``client_id_not_allowed``."""
+    """The caller may not consume here."""
 
-    reason: str
+    reason: Refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +119,8 @@ class NeedsRestore:
 
 
 class AckOutcome(str, Enum):
-    """What ack.lua decided (``unauthorized`` never leaves the core: it becomes an error)."""
+    """What ack.lua decided, the first element of its reply (``unauthorized`` never leaves the
+    core: it becomes an error)."""
 
     COMMITTED = "committed"
     ALREADY_COMMITTED = "already_committed"
@@ -110,7 +131,18 @@ class AckOutcome(str, Enum):
     UNAUTHORIZED = "unauthorized"
 
 
+class LockState(str, Enum):
+    """Where the lock of a committed batch stood when ack.lua committed it (``""`` otherwise)."""
+
+    HELD = "held"
+    EXPIRED = "expired"  # past the consume timeout, but nobody took the queue since
+    RELEASED = "released"  # unlocked (or a piggy-backed ack after an unlock)
+    NONE = ""  # not committed: no lock state to tell
+
+
 class UnlockOutcome(str, Enum):
+    """What unlock.lua decided, the first element of its reply."""
+
     UNLOCKED = "unlocked"
     NOT_LOCKED = "not_locked"
     LOCK_LOST = "lock_lost"
@@ -118,11 +150,22 @@ class UnlockOutcome(str, Enum):
     UNAUTHORIZED = "unauthorized"
 
 
+class ProduceVerdict(str, Enum):
+    """What produce_check.lua decided, the first element of its reply."""
+
+    OK = "ok"
+    UNAUTHENTICATED = "unauthenticated"  # no such key, or not its secret
+    FORBIDDEN = "forbidden"  # the key may not produce as this producer (or as any)
+    PRODUCER_REQUIRED = "producer_required"  # the key (or open mode) names no single producer
+    UNREGISTERED_PRODUCER = "unregistered_producer"
+    TOPIC_NOT_ALLOWED = "topic_not_allowed"  # the producer is not registered for the topic
+
+
 @dataclass(frozen=True, slots=True)
 class AckResult:
     result: AckOutcome
     committed: int
-    lock_state: str  # for committed: held | expired | released
+    lock_state: LockState
 
 
 class UnlockResult(NamedTuple):
@@ -160,25 +203,25 @@ class OffsetStore:
         await self.redis.aclose()
 
     # -- key names (keys.py) ------------------------------------------------------------------
-    def queues_key(self, group: str, client_id: str = "") -> str:
-        return self.layout.queues(group, client_id)
+    def queues_key(self, consumer: str, client_id: str = "") -> str:
+        return self.layout.queues(consumer, client_id)
 
-    def config_key(self, group: str) -> str:
-        return self.layout.config(group)
+    def config_key(self, consumer: str) -> str:
+        return self.layout.config(consumer)
 
-    def clients_key(self, group: str) -> str:
-        return self.layout.clients(group)
+    def clients_key(self, consumer: str) -> str:
+        return self.layout.clients(consumer)
 
-    def grants_key(self, group: str) -> str:
-        return self.layout.grants(group)
+    def grants_key(self, consumer: str) -> str:
+        return self.layout.grants(consumer)
 
-    def bucket_key(self, group: str) -> str:
-        return self.layout.bucket(group)
+    def bucket_key(self, consumer: str) -> str:
+        return self.layout.bucket(consumer)
 
     # -- consume path ----------------------------------------------------------------------
     async def choose(
         self,
-        group: str,
+        consumer: str,
         client_id: str,
         topic: str,
         watermarks: dict[str, tuple[int, int]],
@@ -207,25 +250,25 @@ class OffsetStore:
                            cred.key_id, cred.sha256, int(restore), registered_as or topic]
         for q, (lo, hi) in watermarks.items():
             args += (q, lo, hi)
-        keys = [self.queues_key(group, client_id), self.config_key(group), self.clients_key(group),
-                self.grants_key(group), self.bucket_key(group)]
+        keys = [self.queues_key(consumer, client_id), self.config_key(consumer), self.clients_key(consumer),
+                self.grants_key(consumer), self.bucket_key(consumer)]
         r = await self._choose(keys=keys, args=args)
-        kind = int(r[0])
-        if kind == 1:
+        kind = Chosen(int(r[0]))
+        if kind is Chosen.LOCKED:
             return Lock(text(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
                         bool(int(r[8])), int(r[9]))
-        if kind == 0:
+        if kind is Chosen.NO_QUEUE:
             return NoQueue(int(r[1]))
-        if kind == 2:
+        if kind is Chosen.PAUSED:
             return Paused()
-        if kind == 3:
-            return Refused(text(r[1]))
-        if kind == 5:
+        if kind is Chosen.REFUSED:
+            return Refused(Refusal(text(r[1])))
+        if kind is Chosen.NEEDS_RESTORE:
             return NeedsRestore(text(r[1]))
         return RateLimited(int(r[1]))
 
     # -- offset checkpoints in the broker (core/checkpoint.py) ----------------------------------
-    async def restore(self, group: str, topic: str, offsets: dict[str, int],
+    async def restore(self, consumer: str, topic: str, offsets: dict[str, int],
                       redeliver_below: dict[str, int] | None = None) -> int:
         """Seed the cluster-mode queues of ``topic`` that have no committed offset with the
         positions the broker's checkpoint holds (``redeliver_below``: per queue, batches below
@@ -234,12 +277,12 @@ class OffsetStore:
         args: list[Any] = [topic]
         for q, off in offsets.items():
             args += (q, off, below.get(q, 0))
-        return int(await self._restore(keys=[self.queues_key(group)], args=args))
+        return int(await self._restore(keys=[self.queues_key(consumer)], args=args))
 
-    async def mark_checkpointed(self, group: str, topic: str, offsets: dict[str, int]) -> None:
+    async def mark_checkpointed(self, consumer: str, topic: str, offsets: dict[str, int]) -> None:
         """Remember what the broker now holds, so the next round sends only what moved."""
         if offsets:
-            await self.redis.hset(self.queues_key(group), mapping={
+            await self.redis.hset(self.queues_key(consumer), mapping={
                 queue_field(topic, q, "ckp"): off for q, off in offsets.items()})
 
     async def take_checkpoint_lease(self, node: str, ttl_ms: int, full: bool = False) -> bool:
@@ -249,45 +292,45 @@ class OffsetStore:
         return bool(await self.redis.set(key, node, nx=True, px=ttl_ms))
 
     async def ack(
-        self, group: str, client_id: str, topic: str, queue: str, offset: int, next_offset: int,
+        self, consumer: str, client_id: str, topic: str, queue: str, offset: int, next_offset: int,
         token: int, *, default_timeout_ms: int, high_watermark: int = -1,
         credential: Credential | None = None, now: int | None = None, check_only: bool = False,
     ) -> AckResult:
         """Commit the batch if its lock token and offsets still hold. ``check_only``: decide,
         but commit nothing (``committed`` then means "an ack would commit now")."""
         cred = credential or NO_CREDENTIAL
-        keys = [self.queues_key(group, client_id), self.config_key(group), self.grants_key(group)]
+        keys = [self.queues_key(consumer, client_id), self.config_key(consumer), self.grants_key(consumer)]
         args: list[str | int] = [f"{topic}:{queue}:", offset, next_offset, token, now or now_ms(),
                                  default_timeout_ms, high_watermark, int(credential is not None),
                                  cred.key_id, cred.sha256, int(check_only)]
         r = await self._ack(keys=keys, args=args)
-        return AckResult(AckOutcome(text(r[0])), int(r[1]), text(r[2]))
+        return AckResult(AckOutcome(text(r[0])), int(r[1]), LockState(text(r[2])))
 
     async def unlock(
-        self, group: str, client_id: str, topic: str, queue: str, token: int,
+        self, consumer: str, client_id: str, topic: str, queue: str, token: int,
         high_watermark: int = -1, credential: Credential | None = None,
     ) -> UnlockResult:
         cred = credential or NO_CREDENTIAL
-        r = await self._unlock(keys=[self.queues_key(group, client_id), self.grants_key(group)],
+        r = await self._unlock(keys=[self.queues_key(consumer, client_id), self.grants_key(consumer)],
                                args=[f"{topic}:{queue}:", token, high_watermark,
                                      int(credential is not None), cred.key_id, cred.sha256])
         return UnlockResult(UnlockOutcome(text(r[0])), int(r[1]))
 
-    async def mark_seen(self, group: str) -> None:
+    async def mark_seen(self, consumer: str) -> None:
         """List a consumer that fetched (each process re-adds its consumers once a minute), for
         the all-consumer views and alert thresholds."""
-        await self.registry.mark_seen(group, now_ms())
+        await self.registry.mark_seen(consumer, now_ms())
 
     async def ping(self) -> bool:
         return bool(await self.redis.ping())
 
-    async def refund(self, group: str, tokens: int) -> int:
+    async def refund(self, consumer: str, tokens: int) -> int:
         """Give ``tokens`` back to the consumer's rate-limit bucket (a batch read short of what
         choose.lua charged); returns the bucket's tokens, -1 if it has no limit (any more)."""
-        return int(await self._refund(keys=[self.bucket_key(group), self.config_key(group)],
+        return int(await self._refund(keys=[self.bucket_key(consumer), self.config_key(consumer)],
                                       args=[tokens]))
 
-    async def reset(self, group: str, client_id: str, topic: str, targets: dict[str, int],
+    async def reset(self, consumer: str, client_id: str, topic: str, targets: dict[str, int],
                     client_idle_ms: int = 0) -> list[tuple[str, int, int]]:
         """Set committed offsets (queue -> offset); returns (queue, from, to) per queue. A
         clientId's hash that has no expiry (the reset created it) gets ``client_idle_ms``, as
@@ -297,17 +340,18 @@ class OffsetStore:
         args: list[Any] = [topic, client_idle_ms if client_id else 0]
         for q, off in targets.items():
             args += (q, off)
-        r = await self._reset(keys=[self.queues_key(group, client_id)], args=args)
+        r = await self._reset(keys=[self.queues_key(consumer, client_id)], args=args)
         return [(text(r[i]), int(r[i + 1]), int(r[i + 2])) for i in range(0, len(r), 3)]
 
     async def produce_check(self, credential: Credential | None, open_mode: bool, producer: str,
-                            topic: str) -> tuple[str, str]:
-        """May this caller produce to ``topic``? Returns (verdict, producer): see produce_check.lua."""
+                            topic: str) -> tuple[ProduceVerdict, str]:
+        """May this caller produce to ``topic``? Returns (verdict, the producer it is checked
+        as: the one named, or the key's only one); see produce_check.lua."""
         cred = credential or NO_CREDENTIAL
         r = await self._produce_check(
             keys=[self.layout.registry("keys"), self.layout.registry("producers")],
             args=[int(credential is not None), cred.key_id, cred.sha256, int(open_mode), producer, topic])
-        return text(r[0]), text(r[1])
+        return ProduceVerdict(text(r[0])), text(r[1])
 
     # -- broker watermarks shared by all nodes ----------------------------------------------
     async def read_watermarks(
@@ -331,27 +375,27 @@ class OffsetStore:
         await self._wm_put(keys=[self.layout.watermarks(topic)], args=args)
 
     # -- consumer settings and views ------------------------------------------------------------
-    async def get_config(self, group: str) -> dict[str, str]:
-        return await self.registry.config(group)
+    async def get_config(self, consumer: str) -> dict[str, str]:
+        return await self.registry.config(consumer)
 
-    async def set_config(self, group: str, values: dict[str, str | int]) -> None:
+    async def set_config(self, consumer: str, values: dict[str, str | int]) -> None:
         if values:
-            await self.redis.hset(self.config_key(group), mapping=fields(values))
-            await self.registry.wrote("consumer", group)
+            await self.redis.hset(self.config_key(consumer), mapping=fields(values))
+            await self.registry.wrote("consumer", consumer)
 
-    async def queue_states(self, group: str, client_id: str = "") -> list[QueueState]:
-        raw = await self.redis.hgetall(self.queues_key(group, client_id))
+    async def queue_states(self, consumer: str, client_id: str = "") -> list[QueueState]:
+        raw = await self.redis.hgetall(self.queues_key(consumer, client_id))
         return parse_queue_hash(text_dict(raw))
 
-    async def clients(self, group: str) -> list[tuple[str, int]]:
+    async def clients(self, consumer: str) -> list[tuple[str, int]]:
         """Broadcast clientIds and when each was last seen (ms)."""
         raw = cast("list[tuple[bytes | str, float]]",
-                   await self.redis.zrange(self.clients_key(group), 0, -1, withscores=True))
+                   await self.redis.zrange(self.clients_key(consumer), 0, -1, withscores=True))
         return [(text(m), int(s)) for m, s in raw]
 
-    async def read_consumers(self, groups: list[str]) -> list[ConsumerRead]:
+    async def read_consumers(self, consumers: list[str]) -> list[ConsumerRead]:
         """Many consumers' config, queues and clientIds in two pipelined round trips (views.py)."""
-        return await read_consumers(self.redis, self.layout, groups)
+        return await read_consumers(self.redis, self.layout, consumers)
 
 
 def _parse_watermarks(data: dict[str, str]) -> dict[str, tuple[int, int]]:

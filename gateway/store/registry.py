@@ -35,52 +35,52 @@ class RegistryStore:
             await self.journal(kind, name)
 
     # -- consumers ---------------------------------------------------------------------------
-    async def config(self, group: str) -> dict[str, str]:
+    async def config(self, consumer: str) -> dict[str, str]:
         """The consumer's config hash (``{}`` if it has none)."""
-        return text_dict(await self._redis.hgetall(self._keys.config(group)))
+        return text_dict(await self._redis.hgetall(self._keys.config(consumer)))
 
-    async def replace_config(self, group: str, values: dict[str, str]) -> None:
+    async def replace_config(self, consumer: str, values: dict[str, str]) -> None:
         """Replace the whole config hash at once (MULTI: no reader sees it half written)."""
-        key = self._keys.config(group)
+        key = self._keys.config(consumer)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(key)
             pipe.hset(key, mapping=fields(values))
             await pipe.execute()
-        await self.wrote("consumer", group)
+        await self.wrote("consumer", consumer)
 
-    async def update_config(self, group: str, sets: dict[str, str], deletes: list[str]) -> None:
+    async def update_config(self, consumer: str, sets: dict[str, str], deletes: list[str]) -> None:
         """Set and delete config fields at once (MULTI)."""
-        key = self._keys.config(group)
+        key = self._keys.config(consumer)
         async with self._redis.pipeline(transaction=True) as pipe:
             if deletes:
                 pipe.hdel(key, *deletes)
             if sets:
                 pipe.hset(key, mapping=fields(sets))
             await pipe.execute()
-        await self.wrote("consumer", group)
+        await self.wrote("consumer", consumer)
 
-    async def add_registered(self, group: str) -> None:
-        await self._redis.sadd(self._keys.registry("consumers"), group)
-        await self.wrote("consumer", group)
+    async def add_registered(self, consumer: str) -> None:
+        await self._redis.sadd(self._keys.registry("consumers"), consumer)
+        await self.wrote("consumer", consumer)
 
-    async def mark_seen(self, group: str, now_ms: int) -> None:
+    async def mark_seen(self, consumer: str, now_ms: int) -> None:
         """List a consumer that fetched, or got settings without a registration, for the
         all-consumer views and alert thresholds, with the time it was last seen."""
-        await self._redis.zadd(self._keys.registry("seen_at"), {group: now_ms})
+        await self._redis.zadd(self._keys.registry("seen_at"), {consumer: now_ms})
 
-    async def known(self, group: str, client_id: str = "") -> bool:
+    async def known(self, consumer: str, client_id: str = "") -> bool:
         """Whether the consumer (or its broadcast ``client_id``) left any trace: settings,
         offsets, clientIds, or an entry among the names seen. One round trip per slot."""
         k = self._keys
         if client_id:
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.exists(k.queues(group, client_id))
-                pipe.zscore(k.clients(group), client_id)
+                pipe.exists(k.queues(consumer, client_id))
+                pipe.zscore(k.clients(consumer), client_id)
                 n, score = await pipe.execute()
             return bool(n) or score is not None
         # the consumer's keys share its slot; the seen-names zset is the registry's
-        n = await self._redis.exists(k.config(group), k.queues(group), k.clients(group))
-        return bool(n) or await self._redis.zscore(k.registry("seen_at"), group) is not None
+        n = await self._redis.exists(k.config(consumer), k.queues(consumer), k.clients(consumer))
+        return bool(n) or await self._redis.zscore(k.registry("seen_at"), consumer) is not None
 
     async def consumer_names(self, seen_since_ms: int, seen_limit: int) -> tuple[set[str], dict[str, int]]:
         """(registered names, {seen name: last seen ms}): the seen ones since ``seen_since_ms``,
@@ -95,26 +95,26 @@ class RegistryStore:
             reg, _, seen = await pipe.execute()
         return {text(x) for x in reg}, {text(n): int(s) for n, s in seen}
 
-    async def delete_consumer(self, group: str, delete_offsets: bool) -> tuple[bool, int]:
+    async def delete_consumer(self, consumer: str, delete_offsets: bool) -> tuple[bool, int]:
         """Drop the settings and rate bucket and the name from both sets; with ``delete_offsets``
         every queue hash (cluster and each clientId's) and the clientId set too. Returns (it had
         settings, number of offset keys deleted)."""
         k, r = self._keys, self._redis
-        existed = bool(await r.exists(k.config(group)))
-        await r.delete(k.config(group), k.bucket(group))
-        await r.srem(k.registry("consumers"), group)
-        await r.zrem(k.registry("seen_at"), group)
+        existed = bool(await r.exists(k.config(consumer)))
+        await r.delete(k.config(consumer), k.bucket(consumer))
+        await r.srem(k.registry("consumers"), consumer)
+        await r.zrem(k.registry("seen_at"), consumer)
         deleted = 0
         if delete_offsets:
-            keys = {k.queues(group), k.clients(group)}
-            clients = cast("list[bytes | str]", await r.zrange(k.clients(group), 0, -1))
-            keys |= {k.queues(group, text(c)) for c in clients}
+            keys = {k.queues(consumer), k.clients(consumer)}
+            clients = cast("list[bytes | str]", await r.zrange(k.clients(consumer), 0, -1))
+            keys |= {k.queues(consumer, text(c)) for c in clients}
             # expired from the clientId set but not (yet) as keys
-            async for key in r.scan_iter(match=k.client_queues_pattern(group), count=1000):
+            async for key in r.scan_iter(match=k.client_queues_pattern(consumer), count=1000):
                 keys.add(text(key))
             for key in keys:
                 deleted += await r.delete(key)
-        await self.wrote("consumer", group)
+        await self.wrote("consumer", consumer)
         return existed, deleted
 
     # -- producers ---------------------------------------------------------------------------

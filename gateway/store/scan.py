@@ -60,7 +60,7 @@ class ScanStats:
 class QueueHash:
     """One queue hash: a consumer in cluster mode (``client_id`` "") or one broadcast clientId."""
 
-    group: str
+    consumer: str
     client_id: str
     queues: list[QueueState]
     poll_ms: int | None  # the last accepted /message on this hash; None if never
@@ -98,19 +98,19 @@ class Scanner:
         t0 = time.perf_counter()
         stats = ScanStats()
         layout = KeyLayout(prefix)
-        found: dict[str, tuple[str, str]] = {}  # key -> (group, clientId); SCAN may repeat keys
+        found: dict[str, tuple[str, str]] = {}  # key -> (consumer, clientId); SCAN may repeat keys
         async for key in self._redis.scan_iter(match=layout.queue_key_pattern(), count=count):
             parsed = layout.parse_queue_key(text(key))
             if parsed:
                 found[text(key)] = parsed
         keys = sorted(found, key=lambda k: found[k])
-        groups = sorted({g for g, _ in found.values()})
-        stats.queue_keys, stats.consumers = len(keys), len(groups)
+        consumers = sorted({g for g, _ in found.values()})
+        stats.queue_keys, stats.consumers = len(keys), len(consumers)
 
         raw = await self._read_hashes(keys, stats, count, chunk)
         hashes = [QueueHash(*found[k], _queue_states(h, stats), _poll(h))
                   for k, h in zip(keys, raw, strict=True)]
-        configs, tokens = await self._consumers(layout, groups, stats, chunk)
+        configs, tokens = await self._consumers(layout, consumers, stats, chunk)
         topics = sorted({q.topic for h in hashes for q in h.queues})
         stats.topics = len(topics)
         wm_raw = await self._read_hashes([layout.watermarks(t) for t in topics], stats, count, chunk)
@@ -154,25 +154,25 @@ class Scanner:
             todo = nxt
         return result
 
-    async def _consumers(self, layout: KeyLayout, groups: list[str], stats: ScanStats,
+    async def _consumers(self, layout: KeyLayout, consumers: list[str], stats: ScanStats,
                          chunk: int) -> tuple[dict[str, dict[str, str]], dict[str, float | None]]:
         """Each consumer's config hash, and its bucket's tokens refilled to Redis' time (None
         without a rate limit): HGETALL and bucket_level.lua, pipelined side by side."""
         sha = await self._bucket_script(stats)
         replies = await self._pipelined(
-            [c for g in groups for c in (
+            [c for g in consumers for c in (
                 ("hgetall", (layout.config(g),), {}),
                 _evalsha(sha, layout.config(g), layout.bucket(g)))], stats, chunk)
         configs: dict[str, dict[str, str]] = {}
         levels: dict[str, Any] = {}
-        for i, g in enumerate(groups):
+        for i, g in enumerate(consumers):
             cfg, level = replies[2 * i], replies[2 * i + 1]
             if isinstance(cfg, Exception):
                 stats.errors += 1
                 cfg = {}
             configs[g] = text_dict(cfg)
             levels[g] = level
-        lost = [g for g in groups if isinstance(levels[g], NoScriptError)]
+        lost = [g for g in consumers if isinstance(levels[g], NoScriptError)]
         if lost:  # the script cache was emptied since the load: load again, redo those calls
             sha = await self._bucket_script(stats, reload=True)
             again = await self._pipelined(
@@ -180,7 +180,7 @@ class Scanner:
                 stats, chunk)
             levels.update(zip(lost, again, strict=True))
         tokens: dict[str, float | None] = {}
-        for g in groups:
+        for g in consumers:
             level = levels[g]
             if isinstance(level, Exception):
                 stats.errors += 1

@@ -26,26 +26,26 @@ CHUNK = 500
 class ConsumerRead:
     """One consumer's stored state."""
 
-    group: str
+    consumer: str
     config: dict[str, str]
     queues: list[QueueState]  # cluster mode
     clients: list[tuple[str, int]]  # broadcast clientIds and when each was last seen (ms)
     client_queues: dict[str, list[QueueState]] = field(default_factory=dict)  # per clientId
 
 
-async def read_consumers(redis: Redis, layout: KeyLayout, groups: list[str]) -> list[ConsumerRead]:
-    """The stored state of each of ``groups``, in that order."""
-    first = await _pipelined(redis, [c for g in groups for c in (
+async def read_consumers(redis: Redis, layout: KeyLayout, consumers: list[str]) -> list[ConsumerRead]:
+    """The stored state of each of ``consumers``, in that order."""
+    first = await _pipelined(redis, [c for g in consumers for c in (
         _hgetall(layout.config(g)), _hgetall(layout.queues(g)),
         lambda pipe, g=g: pipe.zrange(layout.clients(g), 0, -1, withscores=True))])
-    clients = {g: [(text(m), int(s)) for m, s in first[3 * i + 2]] for i, g in enumerate(groups)}
-    pairs = [(g, c) for g in groups for c, _ in clients[g]]
+    clients = {g: [(text(m), int(s)) for m, s in first[3 * i + 2]] for i, g in enumerate(consumers)}
+    pairs = [(g, c) for g in consumers for c, _ in clients[g]]
     hashes = await _pipelined(redis, [_hgetall(layout.queues(g, c)) for g, c in pairs])
-    per_client: dict[str, dict[str, list[QueueState]]] = {g: {} for g in groups}
+    per_client: dict[str, dict[str, list[QueueState]]] = {g: {} for g in consumers}
     for (g, c), h in zip(pairs, hashes, strict=True):
         per_client[g][c] = parse_queue_hash(text_dict(h))
     return [ConsumerRead(g, text_dict(first[3 * i]), parse_queue_hash(text_dict(first[3 * i + 1])),
-                         clients[g], per_client[g]) for i, g in enumerate(groups)]
+                         clients[g], per_client[g]) for i, g in enumerate(consumers)]
 
 
 Command = Callable[[Any], Any]

@@ -20,9 +20,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..base import BrokerUnavailable, Record, UnknownTopic
+from .errors import UNKNOWN_CODES
 
 _OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
-UNKNOWN_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 #: How long a read waits for the first record of a queue believed to have a backlog.
 FETCH_WAIT_S = 1.0
 #: With records in hand, how long a read waits for more before it returns them: about one fetch
@@ -50,7 +50,7 @@ INLINE_MAX = 100
 
 @dataclass(slots=True)
 class RawRead:
-    """One read as librdkafka saw it; :mod:`.adapter` turns it into the port's FetchResult."""
+    """One read as librdkafka saw it; :mod:`.reads` turns it into the port's FetchResult."""
 
     records: list[Record]
     #: High watermark learned from the fetch response, -1 if unknown.
@@ -174,7 +174,7 @@ def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_record
     """Return up to ``max_records`` readable from ``offset`` now. Blocking (in a thread) by
     default; with ``blocking`` False it raises WouldBlock, carrying what it read so far as the
     ``state`` to continue from, instead of waiting. ``stop_at_holes`` ends the batch before an
-    offset missing inside it, for a caller that re-checks holes (see the adapter's fetch)."""
+    offset missing inside it, for a caller that re-checks holes (:mod:`.reads`)."""
     c = pc.consumer
     tp = TopicPartition(topic, partition, offset)
     if state is None:

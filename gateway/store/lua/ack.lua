@@ -8,7 +8,8 @@
 -- ARGV[8] auth '1'|'0'  ARGV[9] key id  ARGV[10] key sha256 (hex)
 -- ARGV[11] '1': only check (a nack asks before it writes the failed records anywhere): the
 --          result is what an ack would do now, and nothing is committed
--- Returns {result, committed offset, lock state} with result one of
+-- Returns {result, committed offset, lock state} (store/offsets.py: AckOutcome, LockState: held |
+-- expired | released for a commit, '' otherwise) with result one of
 --   committed | already_committed | lock_lost | offset_reset | offset_mismatch | unknown | unauthorized
 -- ('offset_reset': an operator reset the queue after this batch was fetched; rtok is the lock
 -- token a reset left behind, so every batch fetched before it has a token <= rtok).

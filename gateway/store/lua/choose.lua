@@ -19,7 +19,7 @@
 -- and once per hash  poll  (the time of the last accepted /message).
 -- max never goes down; com starts at the latest (or earliest) offset; a lock is free when 0 or older
 -- than the consume timeout; every lock increments tok so stale acks can be told apart.
--- Returns one of
+-- Returns one of (the first element is store/offsets.py's Chosen; a refusal's reason, Refusal)
 --   {1, queue, committed, token, max, previous_lock_ms, timeout, allowance, charged, rdl}  a
 --        queue was locked; allowance is how many records the caller may read (batch caps and the
 --        rate limit); charged is 1 when the rate-limit bucket was charged the allowance; records
@@ -73,8 +73,7 @@ if rate and rate > 0 then
   burst = bucket_burst(rate, cfg[9])
   tokens, bucket_ts = refill(bucket, rate, burst)
   if tokens < 1 then
-    redis.call('HSET', bucket, 'tokens', tokens, 'ts', bucket_ts)
-    redis.call('PEXPIRE', bucket, math.ceil(burst * 1000 / rate) + 1000)
+    store_bucket(bucket, rate, burst, tokens, bucket_ts)
     return {4, math.ceil((1 - tokens) * 1000 / rate)}
   end
   if math.floor(tokens) < allowance then allowance = math.floor(tokens) end
@@ -131,8 +130,7 @@ if best == nil then return {0, wake} end
 local charged = 0
 if tokens then  -- charge what this batch can at most return; a short read is refunded (refund.lua)
   if best_backlog < allowance then allowance = best_backlog end
-  redis.call('HSET', bucket, 'tokens', tokens - allowance, 'ts', bucket_ts)
-  redis.call('PEXPIRE', bucket, math.ceil(burst * 1000 / rate) + 1000)
+  store_bucket(bucket, rate, burst, tokens - allowance, bucket_ts)
   charged = 1
 end
 local p = topic .. ':' .. best .. ':'

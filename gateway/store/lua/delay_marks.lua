@@ -9,6 +9,7 @@
 --
 -- cancel (one key):  ARGV = 'cancel', due (ms), cutoff (ms), the mark's expiry (unix ms)
 --                    returns 'cancelled' (also when it already was), 'delivered' or 'too_late'
+--                    (store/delay.py: CancelOutcome)
 -- deliver (a batch): KEYS[i] the mark of record i; ARGV = 'deliver', cutoff (ms), then the due
 --                    time of record i at ARGV[2 + i]. Returns the indexes (1-based) of the
 --                    cancelled records, which the relay drops.

@@ -61,3 +61,10 @@ local function refill(bucket, rate, burst)
   return tokens, last
 end
 
+-- Write a bucket back after `refill` (its tokens, minus what was spent, and ts). It expires once it
+-- would be full again, plus a second: a bucket never written is full, so expiring loses nothing.
+local function store_bucket(bucket, rate, burst, tokens, ts)
+  redis.call('HSET', bucket, 'tokens', tokens, 'ts', ts)
+  redis.call('PEXPIRE', bucket, math.ceil(burst * 1000 / rate) + 1000)
+end
+

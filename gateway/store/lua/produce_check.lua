@@ -3,7 +3,7 @@
 -- KEYS[1] API keys (hash key id -> JSON record)  KEYS[2] producers (hash name -> JSON record)
 -- ARGV[1] auth '1'|'0'  ARGV[2] key id  ARGV[3] key sha256 (hex)  ARGV[4] open mode '1'|'0'
 -- ARGV[5] producer name from the request ('' if none)  ARGV[6] topic
--- Returns {'ok', producer} or {reason, producer} with reason one of
+-- Returns {'ok', producer} or {reason, producer} (store/offsets.py: ProduceVerdict) with reason one of
 --   unauthenticated | forbidden | producer_required | unregistered_producer | topic_not_allowed
 local producer, topic = ARGV[5], ARGV[6]
 local function member(list, v)

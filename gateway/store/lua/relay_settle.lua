@@ -8,7 +8,8 @@
 -- ARGV[1] field prefix 'topic:queue:'  ARGV[2] batch offset  ARGV[3] next offset (= ARGV[2]: none
 -- forwarded)  ARGV[4] lock token  ARGV[5] park until (ms, 0: free the queue)  ARGV[6] the relay's
 -- lock timeout (ms)
--- Returns {result, committed}: settled | lock_lost | offset_mismatch | unknown
+-- Returns {result, committed}: settled | lock_lost | offset_mismatch | unknown (store/delay.py:
+-- Settled)
 local key, p = KEYS[1], ARGV[1]
 local v = redis.call('HMGET', key, p .. 'com', p .. 'tok')
 local com = tonumber(v[1])

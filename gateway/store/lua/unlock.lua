@@ -3,6 +3,7 @@
 -- ARGV[1] field prefix  ARGV[2] lock token  ARGV[3] high watermark (-1 if none)
 -- ARGV[4] auth '1'|'0'  ARGV[5] key id  ARGV[6] key sha256 (hex)
 -- Returns {result, committed offset}: unlocked | not_locked | lock_lost | unknown | unauthorized
+-- (store/offsets.py: UnlockOutcome)
 local key, p = KEYS[1], ARGV[1]
 if ARGV[4] == '1' and not granted(KEYS[2], ARGV[5], ARGV[6]) then return {'unauthorized', -1} end
 local v = redis.call('HMGET', key, p .. 'com', p .. 'tok', p .. 'lock', p .. 'max')

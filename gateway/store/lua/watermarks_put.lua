@@ -1,5 +1,6 @@
 -- Store freshly listed watermarks; each one only moves forward (ListOffsets may lag a fetch).
 -- KEYS[1] watermark hash  ARGV[1] now (ms)  ARGV[2] comma-separated queue ids  ARGV[3..] triples id, lo, hi
+-- Returns 1.
 local key = KEYS[1]
 local writes = {'ts', ARGV[1], 'queues', ARGV[2]}
 for i = 3, #ARGV, 3 do

@@ -1,0 +1,233 @@
+"""The JSON wire format of consuming: the fetch, ack, nack and unlock answers, and the parameter
+names of ``/message``, ``/ack``, ``/nack`` and ``/unlock``.
+
+On the way out a record is UTF-8 text, or base64 when asked for or when it is not valid UTF-8.
+Only the wire modules know the camelCase field names.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from ..broker import Record
+from ..config import Settings
+from ..core.errors import invalid
+from ..core.fetch import Fetched, FetchParams, FetchStatus
+from ..core.nack import Failed
+from ..core.names import check_name, check_public_topic, internal_topic_prefixes
+from ..core.retry import attempt_of
+from ..core.views import QueueRow
+from ..store import AckOutcome, AckResult, Credential, UnlockOutcome, UnlockResult, now_ms
+from .http import Params
+from .numbers import json_int
+from .produce_wire import MAX_DUE
+
+#: The parameters of /message, and of /ack and /unlock: anything else is refused, since a typo
+#: (``maxx=5``) would otherwise lock a queue with the default batch size.
+FETCH_PARAMS = frozenset({"consumer", "topic", "clientId", "max", "wait_ms", "encoding", "requestId"})
+BATCH_PARAMS = frozenset({"requestId"})
+ACK_PARAMS = frozenset({"requestId", "failed"})
+NACK_PARAMS = frozenset({"requestId", "failed", "delayMs"})
+
+
+def fetch_request(p: Params, s: Settings, address: str,
+                  credential: Credential | None) -> tuple[FetchParams, str]:
+    """``/message``'s parameters: what to fetch, and the encoding of the answer's records."""
+    encoding = p.get("encoding")
+    if encoding is None:
+        encoding = "utf8"
+    elif encoding not in ("utf8", "base64"):  # ``encoding=`` too: an empty value is no default
+        raise invalid("invalid_encoding", "encoding must be 'utf8' or 'base64'")
+    rid = p.get("requestId")  # absent or empty: no piggy-backed ack
+    if rid is None:
+        rid = ""
+    if not isinstance(rid, str):
+        raise invalid("invalid_request_id", "requestId must be a string")
+    return FetchParams(
+        consumer=check_name(p.get("consumer"), "consumer"),
+        client_id=check_name(p.get("clientId"), "clientId", required=False),
+        topic=check_public_topic(p.get("topic"), internal_topic_prefixes(s)),
+        max_messages=p.integer("max", s.default_max_messages, 1, s.max_messages),
+        wait_ms=p.integer("wait_ms", 0, 0, s.max_wait_ms),
+        address=address,
+        ack_request_id=rid,
+        credential=credential,
+    ), encoding
+
+
+def request_id(p: Params) -> str:
+    """The ``requestId`` of /ack, /nack and /unlock: required, a string."""
+    rid = p.get("requestId")
+    if rid is None or rid == "":
+        raise invalid("missing_request_id", "requestId is required")
+    if not isinstance(rid, str):
+        raise invalid("invalid_request_id", "requestId must be a string")
+    return rid
+
+
+def nack_request(p: Params) -> tuple[dict[int, int | None] | None, int | None]:
+    """The body fields of /nack (and of /ack, without ``delayMs``): the failed offsets, each
+    with its own wait or None, and the wait of all of them (``delayMs``)."""
+    return parse_failed(p.body.get("failed")), parse_delay_ms(p.body.get("delayMs"))
+
+
+_ACK_MESSAGE = {
+    AckOutcome.COMMITTED: "offsets committed",
+    AckOutcome.ALREADY_COMMITTED: "this batch was already committed; nothing changed",
+    AckOutcome.LOCK_LOST: "another fetch took the queue (this batch's lock expired or was "
+                          "unlocked); the batch will be (or was) redelivered there",
+    AckOutcome.OFFSET_RESET: "an operator reset this queue's offsets after the batch was "
+                             "fetched; nothing changed",
+    AckOutcome.OFFSET_MISMATCH: "the committed offset no longer matches this batch; nothing changed",
+    AckOutcome.UNKNOWN: "no such queue for this consumer (expired clientId or deleted consumer)",
+}
+
+
+def parse_failed(v: Any) -> dict[int, int | None] | None:
+    """``failed``: the offsets of a batch that failed, each an integer or ``{"offset": n,
+    "delayMs": ms}`` (its own wait before the retry); None when not given."""
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) > 100_000:
+        raise invalid("invalid_failed", "failed must be an array of offsets or "
+                      "{offset, delayMs} objects")
+    out: dict[int, int | None] = {}
+    for item in v:
+        delay: int | None = None
+        if isinstance(item, dict):
+            if set(item) - {"offset", "delayMs"}:
+                raise invalid("invalid_failed", "an item of failed takes offset and delayMs")
+            delay = parse_delay_ms(item.get("delayMs"), "failed[].delayMs")
+            item = item.get("offset")
+        offset = json_int(item)
+        if offset is None or offset < 0:
+            raise invalid("invalid_failed", "failed[].offset must be a non-negative integer")
+        out[offset] = delay
+    return out
+
+
+def parse_delay_ms(v: Any, name: str = "delayMs") -> int | None:
+    """A retry's own wait (ms), 0 up to the year 9999; None when not given."""
+    if v is None:
+        return None
+    ms = json_int(v)
+    if ms is None or not 0 <= ms <= MAX_DUE - now_ms():  # the produce rule: see _due
+        raise invalid("invalid_delay", f"{name} must be an integer number of milliseconds, "
+                      "0 or more (due no later than year 9999)")
+    return ms
+
+
+def failed_body(f: Failed) -> dict[str, Any]:
+    """A nack's (or an ack with failed offsets') answer: the ack's fields, and where each
+    failed record went."""
+    body = ack_body(f.ack)
+    if f.retry_topic or f.dead_letter_topic:
+        body["retried"] = [{"offset": r.offset, "attempt": r.attempt, "deliverAt": r.deliver_at}
+                           for r in f.retried]
+        body["deadLettered"] = f.dead
+        body["retryTopic"] = f.retry_topic
+        body["deadLetterTopic"] = f.dead_letter_topic
+    return body
+
+
+def ack_body(r: AckResult) -> dict[str, Any]:
+    body: dict[str, Any] = {"result": r.result.value, "committedOffset": r.committed,
+                            "message": _ACK_MESSAGE[r.result]}
+    if r.result is AckOutcome.COMMITTED:
+        body["lock"] = r.lock_state.value
+    return body
+
+
+def fetched_body(f: Fetched, broker: str, encoding: str) -> dict[str, Any]:
+    body: dict[str, Any]
+    b = f.batch
+    if b is None:
+        body = {"status": f.status.value, "topic": f.topic, "messages": []}
+        if f.status is FetchStatus.RATE_LIMITED:
+            body["retryAfterMs"] = f.retry_after_ms
+    else:
+        body = {
+            "status": f.status.value, "requestId": b.request_id, "broker": broker,
+            "topic": f.topic, "queue": b.queue, "offset": b.offset, "nextOffset": b.next_offset,
+            "backlog": b.backlog, "redelivered": b.redelivered, "lockTimeoutMs": b.lock_timeout_ms,
+            "messages": encode_records(b.records, encoding, retried=b.topic != f.topic),
+        }
+        if b.topic != f.topic:
+            body["retryTopic"] = b.topic
+        if b.skipped is not None:
+            body["skipped"] = {"from": b.skipped.start, "to": b.skipped.end,
+                               "reason": b.skipped.reason.value}
+    if f.ack is not None:
+        body["ack"] = ack_body(f.ack)
+    return body
+
+
+def encode_records(records: list[Record], encoding: str,
+                   retried: bool = False) -> list[dict[str, Any]]:
+    """Records as JSON: UTF-8 text, or base64 per record when asked or when not valid UTF-8.
+    ``attempt`` is 1 unless the records come from a retry topic (``retried``)."""
+    out = []
+    b64 = encoding == "base64"
+    k: str | None
+    v: str | None
+    h: list[list[str | None]]
+    for r in records:
+        key, value, headers = r.key, r.value, r.headers
+        enc = "base64" if b64 else "utf8"
+        if not b64:
+            try:
+                k = key.decode() if key is not None else None
+                v = value.decode() if value is not None else None
+                h = [[n, hv.decode() if hv is not None else None] for n, hv in headers]
+            except UnicodeDecodeError:
+                enc = "base64"
+        if enc == "base64":
+            k = _b64(key)
+            v = _b64(value)
+            h = [[n, _b64(hv)] for n, hv in headers]
+        out.append({"offset": r.offset, "timestamp": r.timestamp, "key": k, "value": v,
+                    "headers": h, "encoding": enc, "attempt": attempt_of(r) if retried else 1})
+    return out
+
+
+def _b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode()
+
+
+def with_ack_error(r: AckResult, body: dict[str, Any]) -> dict[str, Any]:
+    """An ack's answer (``ack_body``, ``failed_body``) with the ``error`` a batch that was not
+    (or no longer) committable adds: its code is the outcome (``unknown_queue`` for none)."""
+    if r.result not in (AckOutcome.COMMITTED, AckOutcome.ALREADY_COMMITTED):
+        body["error"] = {"code": r.result.value if r.result is not AckOutcome.UNKNOWN
+                         else "unknown_queue", "message": body["message"]}
+    return body
+
+
+def unlock_body(r: UnlockResult) -> dict[str, Any]:
+    body: dict[str, Any] = {"result": r.result.value, "committedOffset": r.committed}
+    if r.result in (UnlockOutcome.LOCK_LOST, UnlockOutcome.UNKNOWN):
+        lost = r.result is UnlockOutcome.LOCK_LOST
+        body["error"] = {"code": "lock_lost" if lost else "unknown_queue",
+                         "message": "this batch no longer holds the queue's lock"
+                         if lost else "no such queue for this consumer"}
+    return body
+
+
+def queues_body(consumer: str, client_id: str, timeout_ms: int, rows: list[QueueRow]) -> dict[str, Any]:
+    """``GET /consumers/{c}/queues`` (and a clientId's): each queue's offsets and lock."""
+    return {"consumer": consumer, "clientId": client_id or None, "consumeTimeoutMs": timeout_ms,
+            "queues": [{
+                "topic": r.topic, "queue": r.queue,
+                "maxOffset": r.max_offset, "committedOffset": r.committed, "backlog": r.backlog,
+                "locked": r.locked(timeout_ms), "lockAgeMs": r.lock_age_ms, "lockToken": r.token,
+                "lastAccessMs": r.last_access_ms, "lastAccessAgeMs": r.last_access_age_ms,
+                "lastClientAddress": r.address,
+            } for r in rows]}
+
+
+def clients_body(consumer: str, idle_expiry_ms: int, clients: list[tuple[str, int]],
+                 now: int) -> dict[str, Any]:
+    """``GET /consumers/{c}/clients``: a broadcast consumer's clientIds and when each was seen."""
+    return {"consumer": consumer, "idleExpiryMs": idle_expiry_ms,
+            "clients": [{"clientId": c, "lastSeenMs": ts, "idleMs": now - ts} for c, ts in clients]}

@@ -1,0 +1,217 @@
+"""What a Kafka cluster says about its topics: partitions, watermarks, listings, descriptions.
+
+Partition lists are cached for :data:`METADATA_TTL_S`; watermarks are asked for each time
+(ListOffsets through the admin client), and a partition whose leader is moving is asked again
+after short pauses rather than failing the request at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from ..base import BrokerUnavailable, QueueInfo, TopicInfo, UnknownTopic
+from .clients import Clients
+from .errors import error_of, is_leader_change, is_unknown
+
+#: How long partition lists are trusted before new partitions are looked for.
+METADATA_TTL_S = 5.0
+#: Pauses before asking again when a partition's leader is moving (a broker restarted, a topic
+#: just created): a /message then waits under a second instead of answering 503 at once.
+LEADER_RETRY_S = (0.05, 0.2, 0.5)
+#: Kafka's own topics (__consumer_offsets, __transaction_state, __share_group_state, ...) are
+#: named so; the admin API lists them only when asked.
+INTERNAL_PREFIX = "__"
+
+
+class Metadata:
+    """Metadata and offset look-ups over the process's clients."""
+
+    def __init__(self, clients: Clients) -> None:
+        self._clients = clients
+        self._topics: dict[str, tuple[float, list[int]]] = {}  # topic: (when, partitions)
+
+    async def partitions(self, topic: str, fresh: bool = False) -> list[int]:
+        """The topic's partition ids (cached unless ``fresh``); raises :class:`UnknownTopic`."""
+        cached = self._topics.get(topic)
+        if cached and not fresh and time.monotonic() - cached[0] < METADATA_TTL_S:
+            return cached[1]
+        md = await self._clients.run(self._list_topic, topic)
+        tm = md.topics.get(topic)
+        if tm is None or is_unknown(tm.error) or not tm.partitions:
+            self._topics.pop(topic, None)
+            raise UnknownTopic(topic)
+        if tm.error is not None:
+            raise BrokerUnavailable(str(tm.error))
+        parts = sorted(tm.partitions)
+        self._topics[topic] = (time.monotonic(), parts)
+        return parts
+
+    def forget(self, topic: str) -> None:
+        """Drop the cached partitions of ``topic`` (it was just created)."""
+        self._topics.pop(topic, None)
+
+    def _list_topic(self, topic: str) -> Any:
+        try:
+            return self._clients.meta.list_topics(topic, timeout=5)
+        except KafkaException as e:
+            raise BrokerUnavailable(str(e)) from None
+
+    def refresh_admin(self, topic: str) -> None:
+        """Have the admin client ask for the topic's metadata now (blocking)."""
+        try:
+            self._clients.admin.list_topics(topic, timeout=5)
+        except KafkaException:
+            pass  # best effort: the next refresh tries again
+
+    async def topics(self, prefix: str) -> set[str]:
+        def names() -> set[str]:
+            try:  # the admin client: on the metadata client's handle, a listing every second
+                # held up the topic look-ups of /message while the cluster was away (measured:
+                # test_whole_cluster_outage got no 503 in 10 s). A listing asks the broker anew.
+                md = self._clients.admin.list_topics(timeout=5)
+            except KafkaException as e:
+                raise BrokerUnavailable(str(e)) from None
+            return {t for t, tm in md.topics.items() if t.startswith(prefix) and tm.error is None}
+        found: set[str] = await self._clients.run(names)
+        return found
+
+    async def ping(self) -> bool:
+        try:
+            await self._clients.run(lambda: self._clients.meta.list_topics(timeout=2))
+            return True
+        except Exception:  # noqa: BLE001 - any failure means unreachable
+            return False
+
+    # -- watermarks -----------------------------------------------------------------------
+    async def watermarks(self, topic: str) -> dict[str, tuple[int, int]]:
+        parts = await self.partitions(topic, fresh=True)
+        tps = [TopicPartition(topic, p) for p in parts]
+        for delay in (*LEADER_RETRY_S, None):
+            try:
+                out, lagging = await self._list_offsets(tps)
+                if lagging:
+                    # The metadata consumer knows partitions (or a whole new topic) that the admin
+                    # client does not yet: it refreshes its metadata only every 5 minutes by
+                    # itself. Measured on Apache Kafka 4.1: after CreatePartitions the whole topic
+                    # answered 404 for as long as that lasted, and a topic just created did now
+                    # and then.
+                    await self._clients.run(self.refresh_admin, topic)
+                    out, lagging = await self._list_offsets(tps)
+                if not out:
+                    raise UnknownTopic(topic)
+                return out  # a partition still unknown to the admin client is left out for now
+            except KafkaException as e:
+                err = error_of(e)
+                if is_unknown(err):
+                    raise UnknownTopic(topic) from None
+                if delay is None or not is_leader_change(err):
+                    raise BrokerUnavailable(str(e)) from None
+            await self._clients.run(self.refresh_admin, topic)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    async def _list_offsets(self, tps: list[TopicPartition]) -> tuple[dict[str, tuple[int, int]], bool]:
+        """(low and high watermark per partition, whether some partition was unknown)."""
+        admin = self._clients.admin
+        earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        lo_f = admin.list_offsets({tp: earliest for tp in tps}, request_timeout=5)
+        hi_f = admin.list_offsets({tp: latest for tp in tps}, request_timeout=5)
+        out: dict[str, tuple[int, int]] = {}
+        lagging = False
+        for tp in tps:
+            try:
+                lo = (await asyncio.wrap_future(lo_f[tp])).offset
+                hi = (await asyncio.wrap_future(hi_f[tp])).offset
+            except KafkaException as e:
+                if is_unknown(error_of(e)):
+                    lagging = True
+                    continue
+                raise
+            out[str(tp.partition)] = (max(lo, 0), max(hi, 0))
+        return out, lagging
+
+    async def all_watermarks(self, tps: list[TopicPartition]) -> dict[tuple[str, int], tuple[int, int]]:
+        """(low, high) of each partition that answered; the others are asked again a few
+        times (with fresh admin metadata) and then left out."""
+        admin = self._clients.admin
+        out: dict[tuple[str, int], tuple[int, int]] = {}
+        todo = tps
+        for delay in (*LEADER_RETRY_S, None):
+            if not todo:
+                break
+            earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            try:
+                lo_f = admin.list_offsets({tp: earliest for tp in todo}, request_timeout=10)
+                hi_f = admin.list_offsets({tp: latest for tp in todo}, request_timeout=10)
+            except KafkaException as e:
+                raise BrokerUnavailable(str(e)) from None
+            failed: list[TopicPartition] = []
+            for tp in todo:
+                try:
+                    lo = (await asyncio.wrap_future(lo_f[tp])).offset
+                    hi = (await asyncio.wrap_future(hi_f[tp])).offset
+                except KafkaException:
+                    failed.append(tp)
+                    continue
+                out[(tp.topic, tp.partition)] = (max(lo, 0), max(hi, 0))
+            todo = failed
+            if todo and delay is not None:
+                for t in {tp.topic for tp in todo}:
+                    await self._clients.run(self.refresh_admin, t)
+                await asyncio.sleep(delay)
+        return out
+
+    async def offset_for_time(self, topic: str, queue: str, timestamp_ms: int) -> int:
+        meta = self._clients.meta
+
+        def look() -> int:
+            tp = TopicPartition(topic, int(queue), timestamp_ms)
+            found = meta.offsets_for_times([tp], timeout=5)[0]
+            if found.offset >= 0:
+                return found.offset
+            return meta.get_watermark_offsets(TopicPartition(topic, int(queue)), timeout=5)[1]
+        try:
+            offset: int = await self._clients.run(look)
+            return offset
+        except KafkaException as e:  # a timeout or a broker error: 503 for the reset, not 500
+            if is_unknown(error_of(e)):
+                raise UnknownTopic(topic) from None
+            raise BrokerUnavailable(str(e)) from None
+
+    # -- descriptions (the admin API's /admin/topics) ---------------------------------------
+    async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
+        """One metadata request, then ListOffsets for every partition of those topics at once
+        (twice: earliest and latest). A partition whose leader is moving is asked again after
+        the pauses of :data:`LEADER_RETRY_S`, then listed with -1 watermarks: one partition
+        must not fail a listing of thousands."""
+        clients = self._clients
+
+        def metadata() -> dict[str, Any]:
+            try:
+                if names is None:  # the admin client: see topics() on why not the metadata one
+                    return dict(clients.admin.list_topics(timeout=10).topics)
+                # One topic at a time through the metadata consumer, which never asks the broker
+                # to auto-create a topic it names (allow.auto.create.topics=false).
+                return {t: clients.meta.list_topics(t, timeout=5).topics.get(t) for t in names}
+            except KafkaException as e:
+                raise BrokerUnavailable(str(e)) from None
+        found = await clients.run(metadata)
+        topics: dict[str, list[Any]] = {}
+        for t in (names if names is not None else sorted(found)):
+            tm = found.get(t)
+            if tm is None or is_unknown(tm.error) or not tm.partitions:
+                if names is not None:
+                    raise UnknownTopic(t)
+                continue
+            topics[t] = [tm.partitions[p] for p in sorted(tm.partitions)]
+        offsets = await self.all_watermarks(
+            [TopicPartition(t, pm.id) for t, pms in topics.items() for pm in pms])
+        return [TopicInfo(t, tuple(
+            QueueInfo(str(pm.id), *offsets.get((t, pm.id), (-1, -1)), pm.leader,
+                      tuple(pm.replicas), tuple(pm.isrs)) for pm in pms),
+            internal=t.startswith(INTERNAL_PREFIX)) for t, pms in topics.items()]

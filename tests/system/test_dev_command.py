@@ -1,0 +1,99 @@
+"""``make run`` (``mqgw dev``): starts Redis, the broker and the gateway; Ctrl-C stops all of it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from gateway.cli import devstack
+
+from ..support import ROOT
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+#: The broker `make run` would start; the suite's broker setting (MQGW_TEST_BROKER) picks it.
+BROKER = os.environ.get("MQGW_TEST_BROKER", "tansu")
+
+
+@pytest.mark.slow  # the whole `make run` stack: Redis, broker, gateway, snapshots
+@pytest.mark.timeout(90)
+def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
+    port = devstack.free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP", "MQGW_REDIS_URL", "MQGW_KAFKA_BOOTSTRAP")}
+    env["MQGW_SNAPSHOT_DIR"] = str(tmp_path / "snapshots")
+    # an earlier run's snapshot: its Redis and broker are gone, so it must not join this run's
+    stale = tmp_path / "snapshots" / "date=2020-01-01" / "hour=00" / "snap-0.parquet"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"earlier run")
+    log = tmp_path / "dev.log"
+    with open(log, "wb") as out:  # the child keeps its own descriptor
+        # started with SIGINT ignored, as a shell leaves it for `make run &` or setsid: Ctrl-C
+        # (SIGINT to the group) must still stop everything
+        proc = subprocess.Popen([sys.executable, "-m", "gateway", "dev", "--port", str(port),
+                                 "--workers", "1", "--broker", BROKER], cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 60
+        while "Ctrl-C stops" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.1)
+        text = log.read_text()
+        redis_port = int(re.search(r"redis://127\.0\.0\.1:(\d+)", text).group(1))
+        broker_port = int(re.search(r"broker \((?:Tansu|Apache Kafka [0-9.]+)\)\s+127\.0\.0\.1:(\d+)",
+                                    text).group(1))
+        base = f"http://127.0.0.1:{port}"
+        assert f"curl -s -XPOST {base}/produce" in text
+        r = httpx.post(base + "/produce", json={"topic": "demo", "messages": [{"value": "hi"}]})
+        assert r.status_code == 200 and r.json()["failed"] == 0
+        assert httpx.get(base + "/readyz").status_code == 200
+        # the banner's example consumer sees what the banner's example producer wrote
+        got = httpx.get(base + "/message", params={"consumer": "demo-group", "topic": "demo",
+                                                   "wait_ms": 5000}, timeout=10).json()
+        assert [m["value"] for m in got["messages"]] == ["hi"]
+        assert httpx.get(base + "/openapi.yaml").text.startswith("openapi:")
+        snaps = tmp_path / "snapshots"
+        deadline = time.monotonic() + 20  # `dev` runs `mqgw snapshot`, which samples at once
+        while not list(snaps.glob("date=*/hour=*/snap-*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert list(snaps.glob("date=*/hour=*/snap-*.parquet")), "no snapshot written"
+        assert not (snaps / "date=2020-01-01").exists(), "an earlier run's snapshots were kept"
+        (aside,) = tmp_path.glob("snapshots.*")
+        assert (aside / "date=2020-01-01" / "hour=00" / "snap-0.parquet").read_bytes() == b"earlier run"
+        assert f"moved the snapshots of an earlier run to {aside}/" in text
+        # The banner's export line, pasted into a shell that has neither the venv on its PATH
+        # nor MQGW_URL, points `mqgw admin` at this stack (not at whatever listens on 8080).
+        shell = text.split("in another shell:\n", 1)[1].split("\n\n", 1)[0]
+        bare = {k: v for k, v in env.items() if not k.startswith("MQGW_")}
+        bare["PATH"] = "/usr/bin:/bin"
+        p = subprocess.run(["bash", "-c", f"{shell}\nmqgw admin consumers get demo-group"],
+                           env=bare, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert '"start": "earliest"' in p.stdout or '"start":"earliest"' in p.stdout, p.stdout
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
+        assert proc.wait(30) == 0
+        for p in (port, redis_port, broker_port):
+            assert not listening(p), f"port {p} still open after Ctrl-C"
+        left = subprocess.run(["pgrep", "-f", str(snaps)], capture_output=True, text=True).stdout
+        assert not left.strip(), f"snapshot process still running: {left}"
+    finally:
+        if proc.poll() is None:  # a failed assertion: still let `dev` stop what it started
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)

@@ -1,0 +1,274 @@
+"""The consume service (core/consume.py, core/fetch.py) over the memory broker and fakeredis:
+what /message, /ack and /unlock decide, as typed results and domain errors, with no HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from gateway.broker import BrokerUnavailable, FetchResult, Record, Skipped, SkipReason, UnknownTopic
+from gateway.broker.memory import MemoryBroker
+from gateway.core.errors import Invalid
+
+from .conftest import Clock, Gateway
+
+pytestmark = pytest.mark.anyio
+
+T = "orders"
+C = "c1"
+
+
+def values(got: Any) -> list[str]:
+    assert got.batch is not None, got
+    return [r.value.decode() for r in got.batch.records]
+
+
+def produce(broker: MemoryBroker, queues: int, *vals: str, queue: str = "0") -> None:
+    broker.create(T, queues)
+    broker.append(T, queue, *vals)
+
+
+async def test_every_record_once_without_faults(gw: Gateway, broker: MemoryBroker) -> None:
+    broker.create(T, 3)
+    for q in "012":
+        broker.append(T, q, *[f"{q}-{i}" for i in range(7)])
+    seen: Counter[str] = Counter()
+    while True:
+        got = await gw.fetch(C, max_messages=4)
+        if got.batch is None:
+            assert got.status == "empty"
+            break
+        assert not got.batch.redelivered
+        seen.update(values(got))
+        assert (await gw.consume.ack(got.batch.request_id)).result == "committed"
+    assert len(seen) == 21 and set(seen.values()) == {1}
+    assert {q.queue: q.committed for q in await gw.store.queue_states(C)} == {"0": 7, "1": 7, "2": 7}
+
+
+async def test_a_locked_queue_is_not_handed_out_twice(make_gateway: Any, broker: MemoryBroker) -> None:
+    produce(broker, 1, "x1", "x2")
+    a, b = make_gateway(), make_gateway()  # two nodes on one Redis
+    first = await a.fetch(C)
+    assert values(first) == ["x1", "x2"]
+    assert (await b.fetch(C)).status == "empty"
+
+
+async def test_stale_ack_after_expiry_and_retake_is_rejected(
+        make_gateway: Any, broker: MemoryBroker, clock: Clock) -> None:
+    produce(broker, 1, "x1", "x2", "x3")
+    n0, n1 = make_gateway(consume_timeout_ms=60_000), make_gateway(consume_timeout_ms=60_000)
+    a = await n0.fetch(C)
+    assert a.batch and not a.batch.redelivered and a.batch.offset == 0
+    assert (await n1.fetch(C)).status == "empty"
+    clock.advance(60_000)  # the lock expires
+    b = await n1.fetch(C)
+    assert b.batch and b.batch.redelivered and b.batch.offset == 0 and values(b) == ["x1", "x2", "x3"]
+    stale = await n0.consume.ack(a.batch.request_id)
+    assert stale.result == "lock_lost"  # answered 409 by the HTTP layer
+    ok = await n0.consume.ack(b.batch.request_id)
+    assert (ok.result, ok.committed) == ("committed", 3)
+    assert (await n1.consume.ack(b.batch.request_id)).result == "already_committed"
+    assert (await n1.consume.ack(a.batch.request_id)).result == "already_committed"
+
+
+async def test_a_shorter_timeout_applies_to_a_held_lock(gw: Gateway, broker: MemoryBroker,
+                                                         clock: Clock) -> None:
+    """Expiry uses the lock's time and the consumer's current timeout."""
+    produce(broker, 1, "x1")
+    await gw.store.set_config(C, {"consume_timeout_ms": 60_000})
+    assert (await gw.fetch(C)).batch is not None
+    clock.advance(300)
+    assert (await gw.fetch(C)).status == "empty"
+    await gw.registry.patch_consumer(C, {"consume_timeout_ms": "200"})
+    again = await gw.fetch(C)
+    assert again.batch and again.batch.redelivered and again.batch.lock_timeout_ms == 200
+
+
+async def test_late_ack_commits_when_nobody_took_the_lock(gw: Gateway, broker: MemoryBroker,
+                                                          clock: Clock) -> None:
+    produce(broker, 1, "y1", "y2")
+    a = await gw.fetch(C)
+    assert a.batch is not None
+    clock.advance(5_000)  # well past the 1 s consume timeout
+    r = await gw.consume.ack(a.batch.request_id)
+    assert (r.result, r.lock_state, r.committed) == ("committed", "expired", 2)
+    assert (await gw.fetch(C)).status == "empty"
+
+
+async def test_unlock_redelivers_at_once_and_piggyback_ack(gw: Gateway, broker: MemoryBroker) -> None:
+    produce(broker, 1, "z1", "z2")
+    a = await gw.fetch(C, max_messages=1)
+    assert a.batch and values(a) == ["z1"]
+    assert (await gw.consume.unlock(a.batch.request_id)).result == "unlocked"
+    b = await gw.fetch(C, max_messages=1)
+    assert b.batch and values(b) == ["z1"] and not b.batch.redelivered
+    assert (await gw.consume.unlock(a.batch.request_id)).result == "lock_lost"  # a's token is gone
+    c = await gw.fetch(C, max_messages=5, ack_request_id=b.batch.request_id)
+    assert c.ack is not None and c.ack.result == "committed"
+    assert c.batch and values(c) == ["z2"] and c.batch.offset == 1
+    # a requestId of another consumer is refused rather than silently acked elsewhere
+    with pytest.raises(Invalid) as e:
+        await gw.fetch("other", ack_request_id=c.batch.request_id)
+    assert e.value.code == "request_id_mismatch"
+
+
+async def test_an_ack_names_the_broker_its_batch_came_from(store: Any) -> None:
+    from .conftest import build
+
+    one, two = MemoryBroker("one"), MemoryBroker("two")
+    for b in (one, two):
+        b.create(T, 1)
+        b.append(T, "0", "v")
+    got = await build(store, one).fetch(C)
+    assert got.batch is not None
+    with pytest.raises(Invalid) as e:
+        await build(store, two).consume.ack(got.batch.request_id)
+    assert e.value.code == "invalid_request_id" and "'one'" in str(e.value)
+
+
+async def test_broadcast_each_client_sees_everything_once(gw: Gateway, broker: MemoryBroker) -> None:
+    broker.create(T, 2)
+    broker.append(T, "0", *[f"a{i}" for i in range(5)])
+    broker.append(T, "1", *[f"b{i}" for i in range(5)])
+    for client in ("client-a", "client-b"):
+        seen: Counter[str] = Counter()
+        while (got := await gw.fetch(C, client_id=client, max_messages=3)).batch is not None:
+            seen.update(values(got))
+            assert (await gw.consume.ack(got.batch.request_id)).result == "committed"
+        assert len(seen) == 10 and set(seen.values()) == {1}, client
+    assert sorted(c for c, _ in await gw.store.clients(C)) == ["client-a", "client-b"]
+    assert await gw.store.queue_states(C) == []  # cluster-mode offsets never touched
+
+
+async def test_paused_and_rate_limited_are_answered_at_once(gw: Gateway, broker: MemoryBroker,
+                                                            clock: Clock) -> None:
+    clock.freeze()
+    produce(broker, 1, *[f"v{i}" for i in range(10)])
+    await gw.registry.set_paused(C, True)
+    assert (await gw.fetch(C, wait_ms=5_000)).status == "paused"  # never long-polled
+    await gw.registry.set_paused(C, False)
+    await gw.registry.patch_consumer(C, {"rate": "1", "burst": "3"})
+    got = await gw.fetch(C)
+    assert got.batch and values(got) == ["v0", "v1", "v2"]  # the burst
+    assert (await gw.consume.ack(got.batch.request_id)).result == "committed"
+    limited = await gw.fetch(C, wait_ms=5_000)
+    assert limited.status == "rate_limited" and limited.retry_after_ms == 1000
+
+
+async def test_unknown_topic_raises(gw: Gateway) -> None:
+    with pytest.raises(UnknownTopic):  # the HTTP layer answers 404 unknown_topic
+        await gw.fetch(C)
+
+
+async def test_committed_offset_below_retention_moves_to_earliest(gw: Gateway, broker: MemoryBroker) -> None:
+    produce(broker, 1, *[f"v{i}" for i in range(20)])
+    first = await gw.fetch(C, max_messages=2)
+    assert first.batch and values(first) == ["v0", "v1"]
+    assert (await gw.consume.ack(first.batch.request_id)).result == "committed"
+    broker.delete_before(T, "0", 15)  # retention removed offsets 0..14
+    second = await gw.fetch(C, max_messages=3)
+    assert second.batch and second.batch.skipped == Skipped(2, 15, SkipReason.OUT_OF_RETENTION)
+    assert second.batch.offset == 2 and values(second) == ["v15", "v16", "v17"]
+    assert second.batch.next_offset == 18
+    assert (await gw.consume.ack(second.batch.request_id)).committed == 18
+
+
+async def test_retention_gap_with_nothing_left_is_committed_by_the_gateway(
+        gw: Gateway, broker: MemoryBroker) -> None:
+    produce(broker, 1, *[f"v{i}" for i in range(10)])
+    got = await gw.fetch(C, max_messages=1)
+    assert got.batch is not None
+    await gw.consume.unlock(got.batch.request_id)
+    broker.delete_before(T, "0", 10)  # everything expired, log empty at 10
+    assert (await gw.fetch(C)).status == "empty"
+    assert (await gw.store.queue_states(C))[0].committed == 10
+    broker.append(T, "0", "after")
+    assert values(await gw.fetch(C, wait_ms=2_000)) == ["after"]
+
+
+async def test_holes_of_a_broker_are_skipped_and_reported(gw: Gateway, broker: MemoryBroker) -> None:
+    produce(broker, 1, *[f"v{i}" for i in range(6)])
+    r = await gw.fetch(C)
+    assert r.batch and values(r) == [f"v{i}" for i in range(6)] and r.batch.skipped is None
+    await gw.consume.ack(r.batch.request_id)
+    broker.append(T, "0", "a", "b", "c", "d", "e")  # offsets 6..10
+    broker.remove(T, "0", 6, 7, 9)
+    r = await gw.fetch(C, wait_ms=2_000)
+    assert r.batch and r.batch.skipped == Skipped(6, 8, SkipReason.GAP) and values(r) == ["c", "e"]
+    assert (r.batch.offset, r.batch.next_offset) == (6, 11)
+    assert (await gw.consume.ack(r.batch.request_id)).committed == 11
+
+
+async def test_new_queues_are_picked_up(gw: Gateway, broker: MemoryBroker) -> None:
+    broker.create(T, 2)
+    assert (await gw.fetch(C)).status == "empty"
+    broker.create(T, 4)
+    broker.append(T, "3", "new-partition")
+    r = await gw.fetch(C, wait_ms=2_000)
+    assert r.batch and r.batch.queue == "3" and values(r) == ["new-partition"]
+    assert [q.queue for q in await gw.store.queue_states(C)] == ["0", "1", "2", "3"]
+
+
+async def test_watermarks_are_listed_once_per_interval_for_many_requests(
+        make_gateway: Any, broker: MemoryBroker) -> None:
+    produce(broker, 3, "x", queue="1")
+    gw = make_gateway(metadata_refresh_ms=10_000)
+    await asyncio.gather(*(gw.fetch(f"c{i}") for i in range(50)))
+    assert broker.watermark_calls == 1
+
+
+async def test_a_failed_read_gives_back_its_lock_and_its_rate_limit_tokens(
+        gw: Gateway, broker: MemoryBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """choose.lua charges the bucket before the read; a broker failure must keep neither the
+    charge (a blip would turn into 429s) nor the lock (the queue would wait for its timeout)."""
+    produce(broker, 1, *[f"v{i}" for i in range(20)])
+    await gw.store.set_config(C, {"rate": "1.0", "burst": "10"})
+
+    async def failing_fetch(*a: Any) -> Any:
+        raise BrokerUnavailable("broker down")
+
+    with monkeypatch.context() as m:
+        m.setattr(broker, "fetch", failing_fetch)
+        for _ in range(3):  # each would charge 10 tokens of a bucket of 10
+            with pytest.raises(BrokerUnavailable):
+                await gw.fetch(C)
+    tokens = float(await gw.store.redis.hget(gw.store.bucket_key(C), "tokens") or 0)
+    assert tokens >= 9.9  # all given back (plus what refilled meanwhile, capped at burst)
+    got = await gw.fetch(C)  # not rate limited, and not locked out
+    assert got.status == "ok" and values(got) == [f"v{i}" for i in range(10)]
+
+
+async def test_a_redelivery_stays_one_when_its_first_read_comes_back_empty(
+        gw: Gateway, broker: MemoryBroker, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that says nothing (a slow broker) frees the queue for a re-check; when the same
+    poll takes it again, the batch is still the expired holder's records: redelivered."""
+    produce(broker, 1, "a", "b")
+    real_fetch = broker.fetch
+    silent = [0]
+
+    async def flaky_fetch(*a: Any) -> Any:
+        if silent[0]:
+            silent[0] -= 1
+            return FetchResult([], a[2])  # no records, nothing said about the log
+        return await real_fetch(*a)
+
+    first = await gw.fetch(C)
+    assert first.batch and values(first) == ["a", "b"] and not first.batch.redelivered
+    clock.advance(2_000)  # its lock expires, never acked
+    monkeypatch.setattr(broker, "fetch", flaky_fetch)
+    silent[0] = 1
+    again = await gw.fetch(C, wait_ms=3_000)
+    assert again.batch and values(again) == ["a", "b"] and again.batch.redelivered
+
+
+async def test_records_keep_key_headers_and_bytes(gw: Gateway, broker: MemoryBroker) -> None:
+    produce(broker, 1, "text")
+    broker.logs[T]["0"][1] = Record(1, b"\xff", b"\xfe\x00", [("h", b"\x80")], 5)
+    broker.end[(T, "0")] = 2
+    got = await gw.fetch(C)
+    assert got.batch is not None
+    raw = got.batch.records[1]
+    assert (raw.key, raw.value, raw.headers, raw.timestamp) == (b"\xff", b"\xfe\x00", [("h", b"\x80")], 5)

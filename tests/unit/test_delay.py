@@ -1,0 +1,130 @@
+"""Delayed records (core/delay.py, core/wheel.py, store/delay.py's scripts): which level topic a
+delayed record is written to and with which headers, the short remainder waited out in the
+request, cancels and their cutoff, and delay ids that only this gateway can make."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from gateway.broker import OutgoingMessage
+from gateway.broker.memory import MemoryBroker
+from gateway.config import Settings
+from gateway.core.delay import DelayService
+from gateway.core.errors import Conflict, Invalid
+from gateway.core.wheel import H_DUE, H_HOP_DUE, H_ID, H_PARTITION, H_TOPIC, Wheel, parse_levels
+from gateway.store import OffsetStore
+
+from .conftest import BASE_SETTINGS, Clock
+
+pytestmark = pytest.mark.anyio
+
+T = "orders"
+LEVELS = "100ms,1s,10s"
+
+
+@pytest.fixture
+def delay(store: OffsetStore, broker: MemoryBroker) -> DelayService:
+    broker.create(T, 2)
+    return DelayService(Settings(**{**BASE_SETTINGS, "delay_levels": LEVELS,
+                                    "delay_topic_prefix": "d."}), store, broker)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def headers(broker: MemoryBroker, topic: str) -> list[dict[str, str]]:
+    return [{n: v.decode() for n, v in r.headers}
+            for q in broker.logs[topic].values() for r in q.values()]
+
+
+async def test_each_record_goes_to_the_largest_level_that_does_not_overshoot(
+        delay: DelayService, broker: MemoryBroker) -> None:
+    now = now_ms()
+    dues: list[int | None] = [now + 5_000, None, now + 25_000, now + 1_500]
+    msgs = [OutgoingMessage(f"v{i}".encode(), None, [("own", b"h")]) for i in range(4)]
+    msgs[3] = OutgoingMessage(b"v3", None, [], "1")  # a chosen queue travels in a header
+    produced, delayed = await delay.produce(T, msgs, dues)
+    assert sorted(delayed) == [0, 2, 3] and all(not r.error_code for r in produced.results)
+    assert [r.value for r in broker.logs[T]["0"].values()] + \
+        [r.value for r in broker.logs[T]["1"].values()] == [b"v1"]  # only the undelayed one
+    assert set(broker.logs) == {T, "d.100ms", "d.1000ms", "d.10000ms"}  # the levels were made
+    one_s = headers(broker, "d.1000ms")
+    assert sorted(h[H_DUE] for h in one_s) == sorted([str(now + 5_000), str(now + 1_500)])
+    for h in one_s:
+        assert h[H_TOPIC] == T and 0 <= int(h[H_HOP_DUE]) - now - 1_000 < 1_000
+        assert h[H_ID] in {d.delay_id for d in delayed.values()}
+    assert {h.get(H_PARTITION) for h in one_s} == {None, "1"}
+    assert {h.get("own") for h in one_s} == {"h", None}  # the record's own headers travel too
+    ten_s, = headers(broker, "d.10000ms")
+    assert ten_s[H_DUE] == str(now + 25_000) and ten_s["own"] == "h"
+    assert headers(broker, "d.100ms") == []
+    assert delayed[2].deliver_at == now + 25_000
+
+
+async def test_a_remainder_below_the_smallest_level_is_waited_out_never_early(
+        delay: DelayService, broker: MemoryBroker) -> None:
+    due = now_ms() + 40
+    produced, delayed = await delay.produce(T, [OutgoingMessage(b"soon", None, [])], [due])
+    assert now_ms() >= due  # the request held it until its due time
+    assert list(delayed) == [0] and not produced.results[0].error_code
+    rec, = [r for q in broker.logs[T].values() for r in q.values()]
+    assert rec.value == b"soon" and dict(rec.headers)[H_DUE] == str(due).encode()
+    assert all(not q for lvl in ("d.100ms", "d.1000ms") for q in broker.logs[lvl].values())
+
+
+async def test_cancel_before_the_cutoff_and_refusals_after_it(delay: DelayService,
+                                                               clock: Clock) -> None:
+    now = now_ms()
+    _, delayed = await delay.produce(T, [OutgoingMessage(b"keep", None, []),
+                                         OutgoingMessage(b"drop", None, [])],
+                                     [now + 600_000, now + 1_500])
+    far, near = delayed[0].delay_id, delayed[1].delay_id
+    c = await delay.cancel(far)
+    assert (c.delay_id, c.deliver_at, c.topic) == (far, now + 600_000, T)
+    assert (await delay.cancel(far)).delay_id == far  # again: still cancelled, not an error
+    clock.advance(600)  # Redis' clock: within delay_cancel_cutoff_ms (1 s) of its due time
+    with pytest.raises(Conflict) as e:
+        await delay.cancel(near)
+    assert e.value.code == "already_delivered"
+
+
+@pytest.mark.parametrize("mangle", [
+    lambda d: d + "=",  # one spelling per id
+    lambda d: d + "==",
+    lambda d: d[:-2] + ("AA" if not d.endswith("AA") else "BB"),  # a forged signature
+    lambda d: "garbage",
+    lambda d: d.split(".")[0],  # no signature at all
+])
+async def test_delay_ids_are_refused_unless_this_gateway_made_them(
+        delay: DelayService, mangle: Any) -> None:
+    _, delayed = await delay.produce(T, [OutgoingMessage(b"x", None, [])], [now_ms() + 60_000])
+    with pytest.raises(Invalid) as e:
+        await delay.cancel(mangle(delayed[0].delay_id))
+    assert e.value.code == "invalid_delay_id"
+
+
+async def test_an_id_signed_with_another_key_is_refused(store: OffsetStore, broker: MemoryBroker,
+                                                        delay: DelayService) -> None:
+    other = DelayService(Settings(**{**BASE_SETTINGS, "hmac_key": "another-key-0123456789abcdef",
+                                     "delay_levels": LEVELS, "delay_topic_prefix": "d."}),
+                         store, broker)
+    _, delayed = await other.produce(T, [OutgoingMessage(b"x", None, [])], [now_ms() + 60_000])
+    with pytest.raises(Invalid):
+        await delay.cancel(delayed[0].delay_id)
+
+
+def test_plans_never_overshoot_and_leave_less_than_the_smallest_level() -> None:
+    w = Wheel(parse_levels(LEVELS), "d.")
+    assert w.plan(25_000) == (1, [10_000, 1_000, 1_000, 1_000, 1_000, 1_000])
+    for d in (1, 99, 100, 101, 999, 1_000, 12_345, 86_400_000):
+        loops, hops = w.plan(d)
+        travelled = loops * 10_000 + sum(hops)
+        assert travelled <= d and d - travelled < 100, d
+    assert w.level_for(99) is None and w.level_for(5_000) == 1_000
+    assert w.act_by(hop_due=1_000, due=1_050, slack_ms=20) == 1_050  # its topic next: at due
+    assert w.act_by(hop_due=1_000, due=9_000, slack_ms=20) == 1_020  # another level: may wait
+    assert w.act_by(hop_due=1_000, due=1_110, slack_ms=50) == 1_010  # never below the smallest

@@ -1,0 +1,64 @@
+"""The whole app in one process: ``create_app`` over fakeredis and the memory broker, through
+httpx's ASGI transport. The services are built and closed by the app's lifespan
+(``gateway.services``) as on a real node, with a Redis client and a broker handed in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fakeredis
+import httpx
+import pytest
+
+from gateway.api.app import create_app
+from gateway.broker.memory import MemoryBroker
+from gateway.config import Settings
+
+from .conftest import BASE_SETTINGS
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_round_trip_through_the_app(redis: fakeredis.FakeAsyncRedis,
+                                            broker: MemoryBroker) -> None:
+    broker.create("orders", 2)
+    app = create_app(Settings(**{**BASE_SETTINGS, "alert_interval_ms": 0, "relay": False}), broker=broker,
+                     redis=redis)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+            r = await http.post("/produce", json={"topic": "orders", "key": "k", "value": "v1"})
+            assert r.status_code == 200 and r.json()["failed"] == 0, r.text
+            got: dict[str, Any] = (await http.get(
+                "/message", params={"consumer": "c1", "topic": "orders"})).json()
+            assert got["status"] == "ok" and [m["value"] for m in got["messages"]] == ["v1"]
+            r = await http.post("/ack", json={"requestId": got["requestId"]})
+            assert (r.status_code, r.json()["result"]) == (200, "committed")
+            r = await http.post("/ack", json={"requestId": got["requestId"]})
+            assert (r.status_code, r.json()["result"]) == (200, "already_committed")
+            # the error handlers: a domain error, a broker error, starlette's own 404
+            r = await http.post("/ack", json={})
+            assert (r.status_code, r.json()["error"]["code"]) == (400, "missing_request_id")
+            r = await http.get("/message", params={"consumer": "c1", "topic": "nope"})
+            assert (r.status_code, r.json()["error"]["code"]) == (404, "unknown_topic")
+            r = await http.get("/nowhere")
+            assert (r.status_code, r.json()["error"]["code"]) == (404, "not_found")
+            r = await http.get("/admin/consumers/c1")
+            assert r.status_code == 200 and r.json()["consumer"] == "c1", r.text
+    # the caller's client is left open: the services close only what they opened
+    assert await redis.ping()
+
+
+async def test_the_relay_process_runs_the_relay_whatever_the_setting(
+        redis: fakeredis.FakeAsyncRedis, broker: MemoryBroker) -> None:
+    """``mqgw relay`` (``serve=False``): the relay runs although the HTTP nodes' ``relay`` is
+    off, and nothing of a serving node (alerts, the registry copy's watch) is started."""
+    from gateway.services import close_services, open_services
+
+    s = await open_services(Settings(**{**BASE_SETTINGS, "relay": False}), broker=broker,
+                            redis=redis, serve=False)
+    try:
+        assert s.relay is not None and s.alerts._task is None
+    finally:
+        await close_services(s)
+    assert await redis.ping()
