@@ -53,7 +53,7 @@ async def consumers_route(request: Request) -> Response:
 
 async def consumer_route(request: Request) -> Response:
     gw = await admin_services(request)
-    consumer = check_name(request.path_params["group"], "consumer",
+    consumer = check_name(request.path_params["consumer"], "consumer",
                           internal_ok=request.method == "GET")
     if request.method == "GET":
         return JSON(consumer_body(await gw.registry.get_consumer(consumer), gw.settings))
@@ -72,7 +72,7 @@ async def consumer_route(request: Request) -> Response:
 async def pause_route(request: Request) -> Response:
     gw = await admin_services(request)
     check_query(request, NO_PARAMS)
-    consumer = check_name(request.path_params["group"], "consumer")
+    consumer = check_name(request.path_params["consumer"], "consumer")
     paused = request.url.path.endswith("/pause")
     created = await gw.registry.set_paused(consumer, paused)
     return JSON(paused_body(consumer, paused, created))
@@ -81,7 +81,7 @@ async def pause_route(request: Request) -> Response:
 async def reset_route(request: Request) -> Response:
     gw = await admin_services(request)
     check_query(request, NO_PARAMS)
-    consumer = check_name(request.path_params["group"], "consumer")
+    consumer = check_name(request.path_params["consumer"], "consumer")
     body = await object_body(request)
     cfg, created = await gw.registry.writable(consumer)  # 404 for an unknown name comes first
     req = reset_request(body)
@@ -95,7 +95,7 @@ async def reset_route(request: Request) -> Response:
 async def dead_letters_route(request: Request) -> Response:
     """GET: count, age and a page of the consumer's dead letters not yet redriven."""
     gw = await admin_services(request)
-    consumer = check_name(request.path_params["group"], "consumer")
+    consumer = check_name(request.path_params["consumer"], "consumer")
     check_query(request, DEAD_PARAMS)
     await gw.registry.require_seen(consumer)
     encoding = request.query_params.get("encoding", "utf8")
@@ -113,7 +113,7 @@ async def dead_letters_route(request: Request) -> Response:
 async def redrive_route(request: Request) -> Response:
     """POST: send the oldest dead letters not yet redriven back, all or a range."""
     gw = await admin_services(request)
-    consumer = check_name(request.path_params["group"], "consumer")
+    consumer = check_name(request.path_params["consumer"], "consumer")
     body = await object_body(request, required=False)
     check_query(request, REDRIVE_FIELDS, body=body)
     await gw.registry.require_known(consumer)
@@ -188,12 +188,12 @@ async def alerts_route(request: Request) -> Response:
 
 admin_routes = [
     route("/admin/consumers", consumers_route, methods=["GET"]),
-    route("/admin/consumers/{group}", consumer_route, methods=["GET", "PUT", "PATCH", "DELETE"]),
-    route("/admin/consumers/{group}/pause", pause_route, methods=["POST"]),
-    route("/admin/consumers/{group}/resume", pause_route, methods=["POST"]),
-    route("/admin/consumers/{group}/reset", reset_route, methods=["POST"]),
-    route("/admin/consumers/{group}/dead-letters", dead_letters_route, methods=["GET"]),
-    route("/admin/consumers/{group}/dead-letters/redrive", redrive_route, methods=["POST"]),
+    route("/admin/consumers/{consumer}", consumer_route, methods=["GET", "PUT", "PATCH", "DELETE"]),
+    route("/admin/consumers/{consumer}/pause", pause_route, methods=["POST"]),
+    route("/admin/consumers/{consumer}/resume", pause_route, methods=["POST"]),
+    route("/admin/consumers/{consumer}/reset", reset_route, methods=["POST"]),
+    route("/admin/consumers/{consumer}/dead-letters", dead_letters_route, methods=["GET"]),
+    route("/admin/consumers/{consumer}/dead-letters/redrive", redrive_route, methods=["POST"]),
     route("/admin/producers", producers_route, methods=["GET"]),
     route("/admin/producers/{name}", producer_route, methods=["GET", "PUT", "DELETE"]),
     route("/admin/keys", keys_route, methods=["GET", "POST"]),

@@ -133,7 +133,7 @@ def consumer_fields(body: dict[str, Any], whole: bool = False) -> dict[str, str 
     return out
 
 
-def consumer_view(group: str, cfg: dict[str, str], settings: Settings) -> dict[str, Any]:
+def consumer_view(consumer: str, cfg: dict[str, str], settings: Settings) -> dict[str, Any]:
     """The API form of a config hash, with the gateway's defaults filled in."""
     def num(f: str) -> int | None:
         return int(cfg[f]) if cfg.get(f) else None
@@ -148,7 +148,7 @@ def consumer_view(group: str, cfg: dict[str, str], settings: Settings) -> dict[s
     alerts = {k: int(cfg[f]) for k, (f, _, _) in _ALERTS.items() if cfg.get(f)}
     topics = [t for t in cfg.get("topics", "").split(",") if t]
     return {
-        "consumer": group,
+        "consumer": consumer,
         "registered": cfg.get("registered") == "1",
         "topics": topics or None,
         "mode": cfg.get("mode"),

@@ -162,7 +162,7 @@ async def queues_route(request: Request) -> Response:
     gw = services(request)
     credential = api_credential(request)
     check_query(request, NO_PARAMS)
-    consumer = check_name(request.path_params["group"], "consumer", internal_ok=True)
+    consumer = check_name(request.path_params["consumer"], "consumer", internal_ok=True)
     client_id = check_name(request.path_params.get("client_id"), "clientId", required=False)
     await gw.auth.require_consumer(credential, consumer)
     cfg = await gw.registry.require_seen(consumer, client_id)  # a typo is a 404, not an empty list
@@ -175,7 +175,7 @@ async def clients_route(request: Request) -> Response:
     gw = services(request)
     credential = api_credential(request)
     check_query(request, NO_PARAMS)
-    consumer = check_name(request.path_params["group"], "consumer", internal_ok=True)
+    consumer = check_name(request.path_params["consumer"], "consumer", internal_ok=True)
     await gw.auth.require_consumer(credential, consumer)
     await gw.registry.require_seen(consumer)
     return JSON(clients_body(consumer, gw.settings.client_idle_ms, await gw.store.clients(consumer),
@@ -227,8 +227,8 @@ data_routes = [
     # Matched in order, one regex each: the hot paths first, then the probes.
     route("/healthz", healthz, methods=["GET"]),
     route("/readyz", readyz, methods=["GET"]),
-    route("/consumers/{group}/queues", key_first(queues_route), methods=["GET"]),
-    route("/consumers/{group}/clients", key_first(clients_route), methods=["GET"]),
-    route("/consumers/{group}/clients/{client_id}/queues", key_first(queues_route), methods=["GET"]),
+    route("/consumers/{consumer}/queues", key_first(queues_route), methods=["GET"]),
+    route("/consumers/{consumer}/clients", key_first(clients_route), methods=["GET"]),
+    route("/consumers/{consumer}/clients/{client_id}/queues", key_first(queues_route), methods=["GET"]),
     route("/openapi.yaml", openapi_route, methods=["GET"]),
 ]

@@ -31,7 +31,7 @@ OPEN_OPERATIONS = {("/healthz", "get"), ("/readyz", "get"), ("/openapi.yaml", "g
 #: Operations that need no Redis with auth off: topic metadata and creation ask the broker only.
 BROKER_ONLY_OPERATIONS = {("/admin/topics", "get"), ("/admin/topics", "post"), ("/admin/topics/{topic}", "get")}
 #: A value for each path parameter, to call any operation without a request of its own.
-SAMPLE_PATH_PARAMS = {"group": "g", "client_id": "c", "name": "p", "key_id": "0123456789abcdef", "topic": "t",
+SAMPLE_PATH_PARAMS = {"consumer": "g", "client_id": "c", "name": "p", "key_id": "0123456789abcdef", "topic": "t",
                       "delay_id": "x"}
 
 

@@ -99,9 +99,9 @@ def test_the_gateways_own_consumers_and_topics_are_not_public(api: Api, make_top
             api.http.patch(api.url(f"/admin/consumers/{group}"), json={"start": "earliest"}),
             api.http.delete(api.url(f"/admin/consumers/{group}")),
         ]
-        templates = ["/message", "/admin/consumers/{group}/pause", "/admin/consumers/{group}/resume",
-                     "/admin/consumers/{group}/reset", "/admin/consumers/{group}",
-                     "/admin/consumers/{group}"]
+        templates = ["/message", "/admin/consumers/{consumer}/pause", "/admin/consumers/{consumer}/resume",
+                     "/admin/consumers/{consumer}/reset", "/admin/consumers/{consumer}",
+                     "/admin/consumers/{consumer}"]
         for r, template in zip(refused, templates, strict=True):
             documented(r, template, 400, "reserved_consumer")
     r = api.http.post(api.url("/admin/keys"), json={"name": "k", "consumers": ["_mqgw.relay"]})
@@ -124,17 +124,17 @@ def test_dot_names_are_refused(api: Api, name: str) -> None:
 @pytest.mark.parametrize("method, path, template, kw", [
     ("POST", "/produce?topci=demo", "/produce", {"json": {"topic": "t", "value": "x"}}),
     ("POST", "/produce?dry_run=true", "/produce", {"json": {"topic": "t", "value": "x"}}),
-    ("POST", "/admin/consumers/walk-q/pause?now=1", "/admin/consumers/{group}/pause", {}),
-    ("POST", "/admin/consumers/walk-q/reset?x=1", "/admin/consumers/{group}/reset",
+    ("POST", "/admin/consumers/walk-q/pause?now=1", "/admin/consumers/{consumer}/pause", {}),
+    ("POST", "/admin/consumers/walk-q/reset?x=1", "/admin/consumers/{consumer}/reset",
      {"json": {"topic": "t", "to": "latest"}}),
-    ("PUT", "/admin/consumers/walk-q?force=1", "/admin/consumers/{group}", {"json": {"topics": ["t"]}}),
+    ("PUT", "/admin/consumers/walk-q?force=1", "/admin/consumers/{consumer}", {"json": {"topics": ["t"]}}),
     ("GET", "/admin/consumers?all=1", "/admin/consumers", {}),
     ("GET", "/admin/producers?limit=5", "/admin/producers", {}),
     ("GET", "/admin/producers/p?x=1", "/admin/producers/{name}", {}),
     ("GET", "/admin/keys?x=1", "/admin/keys", {}),
     ("GET", "/admin/keys/0123456789abcdef?x=1", "/admin/keys/{key_id}", {}),
-    ("GET", "/consumers/walk-q/queues?topic=t", "/consumers/{group}/queues", {}),
-    ("GET", "/consumers/walk-q/clients?x=1", "/consumers/{group}/clients", {}),
+    ("GET", "/consumers/walk-q/queues?topic=t", "/consumers/{consumer}/queues", {}),
+    ("GET", "/consumers/walk-q/clients?x=1", "/consumers/{consumer}/clients", {}),
 ])
 def test_operations_without_query_parameters_refuse_any(api: Api, method: str, path: str,
                                                        template: str, kw: dict) -> None:

@@ -80,8 +80,8 @@ def bearer(key: str) -> dict[str, str]:
 
 def configure(api: Api, group: str, values: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
     """PATCH a consumer's settings (open mode: also for an unregistered consumer)."""
-    check_request_body(values, "/admin/consumers/{group}", "patch")
-    body = call(api, "PATCH", f"/admin/consumers/{group}", "/admin/consumers/{group}", 200,
+    check_request_body(values, "/admin/consumers/{consumer}", "patch")
+    body = call(api, "PATCH", f"/admin/consumers/{group}", "/admin/consumers/{consumer}", 200,
                 json=values, headers=headers)
     for k, v in values.items():
         if v is not None and not isinstance(v, dict):  # objects come back with defaults filled in
@@ -91,8 +91,8 @@ def configure(api: Api, group: str, values: dict[str, Any], headers: dict[str, s
 
 def register_consumer(api: Api, group: str, values: dict[str, Any], status: int,
                       headers: dict[str, str] | None = None) -> dict[str, Any]:
-    check_request_body(values, "/admin/consumers/{group}", "put")
-    body = call(api, "PUT", f"/admin/consumers/{group}", "/admin/consumers/{group}", status,
+    check_request_body(values, "/admin/consumers/{consumer}", "put")
+    body = call(api, "PUT", f"/admin/consumers/{group}", "/admin/consumers/{consumer}", status,
                 json=values, headers=headers)
     assert body["consumer"] == group and body["registered"] is True
     assert body["topics"] == sorted(set(values["topics"]))
@@ -330,9 +330,9 @@ def test_operational_endpoints(api: Api, done: Callable[[], None]) -> None:
 
 def test_produce_fetch_ack_empty(api: Api, make_topic: Callable[..., str], done: Callable[[], None]) -> None:
     topic, g = make_topic(1), unique()
-    call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{group}", 404, "unknown_consumer")
+    call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{consumer}", 404, "unknown_consumer")
     configure(api, g, {"start": "earliest"})
-    view = call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{group}", 200)
+    view = call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{consumer}", 200)
     assert (view["consumer"], view["registered"], view["start"], view["topics"]) == (g, False, "earliest", None)
 
     one = produce(api, {"topic": topic, "key": "k-1", "value": "hello", "headers": {"h": "v"}})
@@ -387,7 +387,7 @@ def test_produce_fetch_ack_empty(api: Api, make_topic: Callable[..., str], done:
     assert time.monotonic() - t0 >= 0.25
 
     # the cluster-mode queue view
-    view = call(api, "GET", f"/consumers/{g}/queues", "/consumers/{group}/queues", 200)
+    view = call(api, "GET", f"/consumers/{g}/queues", "/consumers/{consumer}/queues", 200)
     assert view["consumer"] == g and view["clientId"] is None and view["consumeTimeoutMs"] == 60_000
     (q,) = view["queues"]
     assert (q["topic"], q["queue"], q["committedOffset"], q["backlog"], q["locked"]) == (topic, "0", 4, 0, False)
@@ -432,7 +432,7 @@ def test_unlock_lock_lost_redelivery(api: Api, make_topic: Callable[..., str], r
     a = fetch_ok(api, consumer=g, topic=topic, max=2,
                  headers={"X-Forwarded-For": "203.0.113.7, 10.0.0.1"})
     assert fetch(api, consumer=g, topic=topic, max=2)["status"] == "empty"  # the only queue is locked
-    (q,) = call(api, "GET", f"/consumers/{g}/queues", "/consumers/{group}/queues", 200)["queues"]
+    (q,) = call(api, "GET", f"/consumers/{g}/queues", "/consumers/{consumer}/queues", 200)["queues"]
     assert q["locked"] is True and isinstance(q["lockAgeMs"], int) and q["lastClientAddress"] == "203.0.113.7"
 
     u = unlock(api, a["requestId"])
@@ -494,15 +494,15 @@ def test_broadcast_clients_and_queue_views(api: Api, make_topic: Callable[..., s
             seen += len(b["messages"])
             assert ack(api, b["requestId"])["result"] == "committed"
         assert seen == 4
-    clients = call(api, "GET", f"/consumers/{g}/clients", "/consumers/{group}/clients", 200)
+    clients = call(api, "GET", f"/consumers/{g}/clients", "/consumers/{consumer}/clients", 200)
     assert clients["consumer"] == g and clients["idleExpiryMs"] > 0
     assert sorted(c["clientId"] for c in clients["clients"]) == ["c1", "c2"]
-    tmpl = "/consumers/{group}/clients/{client_id}/queues"
+    tmpl = "/consumers/{consumer}/clients/{client_id}/queues"
     view = call(api, "GET", f"/consumers/{g}/clients/c1/queues", tmpl, 200)
     assert view["clientId"] == "c1" and [q["queue"] for q in view["queues"]] == ["0", "1"]
     assert all(q["committedOffset"] == 2 and q["backlog"] == 0 for q in view["queues"])
     # cluster mode of the same consumer has read nothing
-    view = call(api, "GET", f"/consumers/{g}/queues", "/consumers/{group}/queues", 200)
+    view = call(api, "GET", f"/consumers/{g}/queues", "/consumers/{consumer}/queues", 200)
     assert view["clientId"] is None and view["queues"] == []
     # a clientId (or consumer) never seen is told, not shown as empty
     call(api, "GET", f"/consumers/{g}/clients/nobody/queues", tmpl, 404, "unknown_client")
@@ -515,12 +515,12 @@ def test_admin_pause_resume_reset(api: Api, make_topic: Callable[..., str], done
     configure(api, g, {"start": "earliest"})
     produce(api, {"topic": topic, "messages": [{"value": "a"}, {"value": "b"}]})
     out = fetch_ok(api, consumer=g, topic=topic, max=1)
-    tmpl = "/admin/consumers/{group}/"
+    tmpl = "/admin/consumers/{consumer}/"
     assert call(api, "POST", f"/admin/consumers/{g}/pause", tmpl + "pause", 200)["paused"] is True
     assert fetch(api, consumer=g, topic=topic)["status"] == "paused"
-    assert call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{group}", 200)["paused"] is True
+    assert call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{consumer}", 200)["paused"] is True
     assert call(api, "POST", f"/admin/consumers/{g}/resume", tmpl + "resume", 200)["paused"] is False
-    assert call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{group}", 200)["paused"] is False
+    assert call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{consumer}", 200)["paused"] is False
     body = {"topic": topic, "to": "latest"}
     check_request_body(body, tmpl + "reset", "post")
     r = call(api, "POST", f"/admin/consumers/{g}/reset", tmpl + "reset", 200, json=body)
@@ -580,7 +580,7 @@ def test_nack_retries_and_dead_letters(node_factory: Callable[..., Node],
     api = Api([node.url])
     group = unique("nack")
     try:
-        call(api, "PATCH", f"/admin/consumers/{group}", "/admin/consumers/{group}", 200,
+        call(api, "PATCH", f"/admin/consumers/{group}", "/admin/consumers/{consumer}", 200,
              json={"retry": {"delaysMs": [100], "maxAttempts": 2}})
         fetch(api, consumer=group, topic=topic)
         produce(api, {"topic": topic, "messages": [{"value": "x"}, {"value": "y"}]})
@@ -604,7 +604,7 @@ def test_nack_retries_and_dead_letters(node_factory: Callable[..., Node],
         assert out["retried"] == [] and out["deadLettered"] == [again["messages"][0]["offset"]]
         out = call(api, "POST", "/nack", status=200, json=nack)
         assert out["result"] == "already_committed" and "retried" not in out
-        tmpl = "/admin/consumers/{group}/dead-letters"
+        tmpl = "/admin/consumers/{consumer}/dead-letters"
         check_query({"limit": 5}, tmpl, "get")
         page = call(api, "GET", f"/admin/consumers/{group}/dead-letters?limit=5", tmpl, 200)
         assert page["count"] == 1 and page["messages"][0]["value"] == "x"
@@ -632,7 +632,7 @@ def test_admin_consumer_registry(api: Api, make_topic: Callable[..., str], other
     """Register, replace, patch, list and unregister consumers; registered ones are held to their
     registration even in open mode."""
     topic, g, gb = make_topic(1), unique(), unique()
-    tmpl = "/admin/consumers/{group}"
+    tmpl = "/admin/consumers/{consumer}"
     full = {"topics": [topic, topic], "mode": "cluster", "consumeTimeoutMs": 5000, "maxBatch": 1,
             "start": "earliest", "paused": False,
             "rateLimit": {"messagesPerSecond": 1000, "burst": 2000},
@@ -677,12 +677,12 @@ def test_admin_consumer_registry(api: Api, make_topic: Callable[..., str], other
     assert gone == {"consumer": g, "unregistered": True, "offsetsDeleted": False, "keysDeleted": 0}
     # its offsets are still there: known, unregistered
     assert call(api, "GET", f"/admin/consumers/{g}", tmpl, 200)["registered"] is False
-    assert call(api, "GET", f"/consumers/{g}/queues", "/consumers/{group}/queues", 200)["queues"]
+    assert call(api, "GET", f"/consumers/{g}/queues", "/consumers/{consumer}/queues", 200)["queues"]
     gone = call(api, "DELETE", f"/admin/consumers/{g}", tmpl, 200, params={"deleteOffsets": "true"})
     assert gone["unregistered"] is False and gone["offsetsDeleted"] is True and gone["keysDeleted"] >= 1
     # nothing is left of it: unknown again
     call(api, "GET", f"/admin/consumers/{g}", tmpl, 404, "unknown_consumer")
-    call(api, "GET", f"/consumers/{g}/queues", "/consumers/{group}/queues", 404, "unknown_consumer")
+    call(api, "GET", f"/consumers/{g}/queues", "/consumers/{consumer}/queues", 404, "unknown_consumer")
     gone = call(api, "DELETE", f"/admin/consumers/{gb}", tmpl, 200, params={"deleteOffsets": "1"})
     assert gone["unregistered"] is True and gone["keysDeleted"] >= 2  # clients zset + c1's offsets
     done()
@@ -868,7 +868,7 @@ def test_keys_registry_and_auth_on_a_closed_gateway(secured: Secured, make_topic
     call(api, "GET", "/message", status=403, code="unregistered_consumer", params=q, headers=consumer_h)
     call(api, "GET", "/message", status=403, code="forbidden", params=q, headers=other_h)
     call(api, "GET", "/message", status=403, code="forbidden", params=q, headers=admin)  # admin is no consumer
-    call(api, "PATCH", f"/admin/consumers/{g}", "/admin/consumers/{group}", 404, "unknown_consumer",
+    call(api, "PATCH", f"/admin/consumers/{g}", "/admin/consumers/{consumer}", 404, "unknown_consumer",
          json={"start": "earliest"}, headers=admin)
     register_consumer(api, g, {"topics": [topic], "start": "earliest"}, 201, headers=admin)
     register_consumer(api, gb, {"topics": [topic], "mode": "broadcast", "start": "earliest"}, 201, headers=admin)
@@ -907,9 +907,9 @@ def test_keys_registry_and_auth_on_a_closed_gateway(secured: Secured, make_topic
     assert fetch_ok(api, consumer_h, consumer=gb, topic=topic, clientId="c1")["status"] == "ok"
 
     # queue views: an admin key or a key bound to the consumer
-    views = [(f"/consumers/{g}/queues", "/consumers/{group}/queues"),
-             (f"/consumers/{gb}/clients", "/consumers/{group}/clients"),
-             (f"/consumers/{gb}/clients/c1/queues", "/consumers/{group}/clients/{client_id}/queues")]
+    views = [(f"/consumers/{g}/queues", "/consumers/{consumer}/queues"),
+             (f"/consumers/{gb}/clients", "/consumers/{consumer}/clients"),
+             (f"/consumers/{gb}/clients/c1/queues", "/consumers/{consumer}/clients/{client_id}/queues")]
     for url, tmpl in views:
         call(api, "GET", url, tmpl, 200, headers=consumer_h)
         call(api, "GET", url, tmpl, 200, headers=admin)
@@ -921,17 +921,17 @@ def test_keys_registry_and_auth_on_a_closed_gateway(secured: Secured, make_topic
                                          headers={"X-API-Key": secured.admin_key})["consumers"]]
     assert g in names and gb in names
     assert [x["producer"] for x in call(api, "GET", "/admin/producers", status=200, headers=admin)["producers"]] == [p]
-    assert call(api, "POST", f"/admin/consumers/{g}/pause", "/admin/consumers/{group}/pause", 200,
+    assert call(api, "POST", f"/admin/consumers/{g}/pause", "/admin/consumers/{consumer}/pause", 200,
                 headers=admin) == {"consumer": g, "paused": True}
     assert fetch(api, consumer_h, consumer=g, topic=topic)["status"] == "paused"
-    call(api, "POST", f"/admin/consumers/{g}/resume", "/admin/consumers/{group}/resume", 200, headers=admin)
+    call(api, "POST", f"/admin/consumers/{g}/resume", "/admin/consumers/{consumer}/resume", 200, headers=admin)
 
     # revoking a key: it stops working at once, and is gone
     revoked = call(api, "DELETE", f"/admin/keys/{other_rec['id']}", "/admin/keys/{key_id}", 200, headers=admin)
     assert revoked == {**{k: v for k, v in other_rec.items() if k != "key"}, "revoked": True}
     call(api, "GET", "/message", status=401, code="invalid_api_key", params={"consumer": other, "topic": topic},
          headers=other_h)
-    call(api, "GET", f"/consumers/{other}/queues", "/consumers/{group}/queues", 401, "invalid_api_key", headers=other_h)
+    call(api, "GET", f"/consumers/{other}/queues", "/consumers/{consumer}/queues", 401, "invalid_api_key", headers=other_h)
     call(api, "GET", f"/admin/keys/{other_rec['id']}", "/admin/keys/{key_id}", 404, "unknown_key", headers=admin)
     call(api, "DELETE", f"/admin/keys/{other_rec['id']}", "/admin/keys/{key_id}", 404, "unknown_key", headers=admin)
     call(api, "DELETE", f"/admin/keys/{admin2_rec['id']}", "/admin/keys/{key_id}", 200, headers=admin)
@@ -990,62 +990,62 @@ ERROR_CASES: list[Any] = [
     ("unlock-missing", "POST", "/unlock", "/unlock", {"json": {}}, 400, "missing_request_id"),
     ("unlock-garbage", "POST", "/unlock", "/unlock", {"json": {"requestId": "AAAA"}}, 400, "invalid_request_id"),
     ("produce-producer-name", "POST", "/produce", "/produce", {"json": {"topic": "{topic}", "producer": "a:b", "value": "x"}}, 400, "invalid_producer"),
-    ("consumer-get-unknown", "GET", "/admin/consumers/{missing}", "/admin/consumers/{group}", {}, 404, "unknown_consumer"),
-    ("consumer-get-group", "GET", "/admin/consumers/a:b", "/admin/consumers/{group}", {}, 400, "invalid_consumer"),
-    ("consumer-put-group", "PUT", "/admin/consumers/a:b", "/admin/consumers/{group}", {"json": {"topics": ["t"]}}, 400, "invalid_consumer"),
-    ("consumer-patch-group", "PATCH", "/admin/consumers/a%7Bb%7D", "/admin/consumers/{group}", {"json": {}}, 400, "invalid_consumer"),
-    ("consumer-delete-group", "DELETE", "/admin/consumers/a:b", "/admin/consumers/{group}", {}, 400, "invalid_consumer"),
-    ("consumer-put-missing-topics", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"start": "earliest"}}, 400, "missing_topics"),
-    ("consumer-put-topics-empty", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": []}}, 400, "invalid_topics"),
-    ("consumer-put-topics-type", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": "t"}}, 400, "invalid_topics"),
-    ("consumer-put-topic-name", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": ["a b"]}}, 400, "invalid_topic"),
-    ("consumer-put-topic-empty", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": [""]}}, 400, "missing_topic"),
-    ("consumer-put-mode", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": ["t"], "mode": "fanout"}}, 400, "invalid_mode"),
-    ("consumer-put-unknown-field", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": ["t"], "group": "g"}}, 400, "unknown_field"),
-    ("consumer-put-body", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": ["t"]}, 400, "invalid_body"),
-    ("consumer-put-json", "PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"content": b"{", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
-    ("consumer-patch-unknown-field", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"timeout": 5}}, 400, "unknown_field"),
-    ("consumer-patch-start", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"start": "middle"}}, 400, "invalid_start"),
-    ("consumer-patch-timeout-low", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"consumeTimeoutMs": 50}}, 400, "invalid_consume_timeout_ms"),
-    ("consumer-patch-timeout-high", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"consumeTimeoutMs": 86_400_001}}, 400, "invalid_consume_timeout_ms"),
-    ("consumer-patch-timeout-text", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"consumeTimeoutMs": "soon"}}, 400, "invalid_consume_timeout_ms"),
-    ("consumer-patch-timeout-empty", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"consumeTimeoutMs": ""}}, 400, "invalid_consume_timeout_ms"),
-    ("consumer-patch-max-batch", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"maxBatch": 0}}, 400, "invalid_max_batch"),
-    ("consumer-patch-paused", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"paused": "yes"}}, 400, "invalid_paused"),
-    ("consumer-patch-mode", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"mode": 1}}, 400, "invalid_mode"),
-    ("consumer-patch-rate-type", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"rateLimit": 5}}, 400, "invalid_rate_limit"),
-    ("consumer-patch-rate-low", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"rateLimit": {"messagesPerSecond": 0}}}, 400, "invalid_rate_limit"),
-    ("consumer-patch-rate-missing", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"rateLimit": {"burst": 5}}}, 400, "invalid_rate_limit"),
-    ("consumer-patch-burst", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"rateLimit": {"messagesPerSecond": 1, "burst": 0}}}, 400, "invalid_rate_limit"),
-    ("consumer-patch-rate-field", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"rateLimit": {"messagesPerSecond": 1, "per": "s"}}}, 400, "unknown_field"),
-    ("consumer-patch-retry-type", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"retry": []}}, 400, "invalid_retry"),
-    ("consumer-patch-retry-attempts", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"retry": {"maxAttempts": 0}}}, 400, "invalid_retry"),
-    ("consumer-patch-retry-multiplier", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"retry": {"multiplier": 0.5}}}, 400, "invalid_retry"),
-    ("consumer-patch-retry-field", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"retry": {"attempts": 3}}}, 400, "unknown_field"),
-    ("consumer-patch-dead-letter", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"retry": {"deadLetterTopic": "a b"}}}, 400, "invalid_topic"),
-    ("consumer-patch-alerts-type", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"alerts": "high"}}, 400, "invalid_alerts"),
-    ("consumer-patch-alerts", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"alerts": {"backlogMessages": 0}}}, 400, "invalid_alerts"),
-    ("consumer-patch-alerts-field", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"alerts": {"lag": 1}}}, 400, "unknown_field"),
-    ("consumer-patch-body", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": [1]}, 400, "invalid_body"),
-    ("consumer-patch-json", "PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"content": b"nope", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
-    ("consumer-delete-flag", "DELETE", "/admin/consumers/g", "/admin/consumers/{group}", {"params": {"deleteOffsets": "maybe"}}, 400, "invalid_delete_offsets"),
-    ("consumer-put-topics-null", "PUT", "/admin/consumers/{missing}", "/admin/consumers/{group}", {"json": {"topics": None}}, 400, "invalid_topics"),
-    ("pause-group", "POST", "/admin/consumers/a:b/pause", "/admin/consumers/{group}/pause", {}, 400, "invalid_consumer"),
-    ("resume-group", "POST", "/admin/consumers/a:b/resume", "/admin/consumers/{group}/resume", {}, 400, "invalid_consumer"),
-    ("reset-group", "POST", "/admin/consumers/a:b/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "earliest"}}, 400, "invalid_consumer"),
-    ("reset-missing-topic", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"to": "earliest"}}, 400, "missing_topic"),
-    ("reset-unknown-topic", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{missing}", "to": "earliest"}}, 404, "unknown_topic"),
-    ("reset-to", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "soon"}}, 400, "invalid_to"),
-    ("reset-unknown-field", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "earliest", "when": 1}}, 400, "unknown_field"),
-    ("reset-queue-type", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "earliest", "queue": [0]}}, 400, "invalid_queue"),
-    ("reset-unknown-queue", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "earliest", "queue": "7"}}, 404, "unknown_queue"),
-    ("reset-queue-required", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "offset", "offset": 0}}, 400, "queue_required"),
-    ("reset-offset-type", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "offset", "queue": "0", "offset": "0"}}, 400, "invalid_offset"),
-    ("reset-offset-range", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "offset", "queue": 0, "offset": 10**12}}, 400, "offset_out_of_range"),
-    ("reset-timestamp", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "timestamp", "timestamp": -1}}, 400, "invalid_timestamp"),
-    ("reset-client", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": {"topic": "{topic}", "to": "earliest", "clientId": "a:b"}}, 400, "invalid_client_id"),
-    ("reset-body", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": []}, 400, "invalid_body"),
-    ("reset-json", "POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"content": b"{", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
+    ("consumer-get-unknown", "GET", "/admin/consumers/{missing}", "/admin/consumers/{consumer}", {}, 404, "unknown_consumer"),
+    ("consumer-get-group", "GET", "/admin/consumers/a:b", "/admin/consumers/{consumer}", {}, 400, "invalid_consumer"),
+    ("consumer-put-group", "PUT", "/admin/consumers/a:b", "/admin/consumers/{consumer}", {"json": {"topics": ["t"]}}, 400, "invalid_consumer"),
+    ("consumer-patch-group", "PATCH", "/admin/consumers/a%7Bb%7D", "/admin/consumers/{consumer}", {"json": {}}, 400, "invalid_consumer"),
+    ("consumer-delete-group", "DELETE", "/admin/consumers/a:b", "/admin/consumers/{consumer}", {}, 400, "invalid_consumer"),
+    ("consumer-put-missing-topics", "PUT", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"start": "earliest"}}, 400, "missing_topics"),
+    ("consumer-put-topics-empty", "PUT", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"topics": []}}, 400, "invalid_topics"),
+    ("consumer-put-topics-type", "PUT", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"topics": "t"}}, 400, "invalid_topics"),
+    ("consumer-put-topic-name", "PUT", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"topics": ["a b"]}}, 400, "invalid_topic"),
+    ("consumer-put-topic-empty", "PUT", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"topics": [""]}}, 400, "missing_topic"),
+    ("consumer-put-mode", "PUT", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"topics": ["t"], "mode": "fanout"}}, 400, "invalid_mode"),
+    ("consumer-put-unknown-field", "PUT", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"topics": ["t"], "group": "g"}}, 400, "unknown_field"),
+    ("consumer-put-body", "PUT", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": ["t"]}, 400, "invalid_body"),
+    ("consumer-put-json", "PUT", "/admin/consumers/g", "/admin/consumers/{consumer}", {"content": b"{", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
+    ("consumer-patch-unknown-field", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"timeout": 5}}, 400, "unknown_field"),
+    ("consumer-patch-start", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"start": "middle"}}, 400, "invalid_start"),
+    ("consumer-patch-timeout-low", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"consumeTimeoutMs": 50}}, 400, "invalid_consume_timeout_ms"),
+    ("consumer-patch-timeout-high", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"consumeTimeoutMs": 86_400_001}}, 400, "invalid_consume_timeout_ms"),
+    ("consumer-patch-timeout-text", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"consumeTimeoutMs": "soon"}}, 400, "invalid_consume_timeout_ms"),
+    ("consumer-patch-timeout-empty", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"consumeTimeoutMs": ""}}, 400, "invalid_consume_timeout_ms"),
+    ("consumer-patch-max-batch", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"maxBatch": 0}}, 400, "invalid_max_batch"),
+    ("consumer-patch-paused", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"paused": "yes"}}, 400, "invalid_paused"),
+    ("consumer-patch-mode", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"mode": 1}}, 400, "invalid_mode"),
+    ("consumer-patch-rate-type", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"rateLimit": 5}}, 400, "invalid_rate_limit"),
+    ("consumer-patch-rate-low", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"rateLimit": {"messagesPerSecond": 0}}}, 400, "invalid_rate_limit"),
+    ("consumer-patch-rate-missing", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"rateLimit": {"burst": 5}}}, 400, "invalid_rate_limit"),
+    ("consumer-patch-burst", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"rateLimit": {"messagesPerSecond": 1, "burst": 0}}}, 400, "invalid_rate_limit"),
+    ("consumer-patch-rate-field", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"rateLimit": {"messagesPerSecond": 1, "per": "s"}}}, 400, "unknown_field"),
+    ("consumer-patch-retry-type", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"retry": []}}, 400, "invalid_retry"),
+    ("consumer-patch-retry-attempts", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"retry": {"maxAttempts": 0}}}, 400, "invalid_retry"),
+    ("consumer-patch-retry-multiplier", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"retry": {"multiplier": 0.5}}}, 400, "invalid_retry"),
+    ("consumer-patch-retry-field", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"retry": {"attempts": 3}}}, 400, "unknown_field"),
+    ("consumer-patch-dead-letter", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"retry": {"deadLetterTopic": "a b"}}}, 400, "invalid_topic"),
+    ("consumer-patch-alerts-type", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"alerts": "high"}}, 400, "invalid_alerts"),
+    ("consumer-patch-alerts", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"alerts": {"backlogMessages": 0}}}, 400, "invalid_alerts"),
+    ("consumer-patch-alerts-field", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"alerts": {"lag": 1}}}, 400, "unknown_field"),
+    ("consumer-patch-body", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": [1]}, 400, "invalid_body"),
+    ("consumer-patch-json", "PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"content": b"nope", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
+    ("consumer-delete-flag", "DELETE", "/admin/consumers/g", "/admin/consumers/{consumer}", {"params": {"deleteOffsets": "maybe"}}, 400, "invalid_delete_offsets"),
+    ("consumer-put-topics-null", "PUT", "/admin/consumers/{missing}", "/admin/consumers/{consumer}", {"json": {"topics": None}}, 400, "invalid_topics"),
+    ("pause-group", "POST", "/admin/consumers/a:b/pause", "/admin/consumers/{consumer}/pause", {}, 400, "invalid_consumer"),
+    ("resume-group", "POST", "/admin/consumers/a:b/resume", "/admin/consumers/{consumer}/resume", {}, 400, "invalid_consumer"),
+    ("reset-group", "POST", "/admin/consumers/a:b/reset", "/admin/consumers/{consumer}/reset", {"json": {"topic": "{topic}", "to": "earliest"}}, 400, "invalid_consumer"),
+    ("reset-missing-topic", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": {"to": "earliest"}}, 400, "missing_topic"),
+    ("reset-unknown-topic", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": {"topic": "{missing}", "to": "earliest"}}, 404, "unknown_topic"),
+    ("reset-to", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": {"topic": "{topic}", "to": "soon"}}, 400, "invalid_to"),
+    ("reset-unknown-field", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": {"topic": "{topic}", "to": "earliest", "when": 1}}, 400, "unknown_field"),
+    ("reset-queue-type", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": {"topic": "{topic}", "to": "earliest", "queue": [0]}}, 400, "invalid_queue"),
+    ("reset-unknown-queue", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": {"topic": "{topic}", "to": "earliest", "queue": "7"}}, 404, "unknown_queue"),
+    ("reset-queue-required", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": {"topic": "{topic}", "to": "offset", "offset": 0}}, 400, "queue_required"),
+    ("reset-offset-type", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": {"topic": "{topic}", "to": "offset", "queue": "0", "offset": "0"}}, 400, "invalid_offset"),
+    ("reset-offset-range", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": {"topic": "{topic}", "to": "offset", "queue": 0, "offset": 10**12}}, 400, "offset_out_of_range"),
+    ("reset-timestamp", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": {"topic": "{topic}", "to": "timestamp", "timestamp": -1}}, 400, "invalid_timestamp"),
+    ("reset-client", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": {"topic": "{topic}", "to": "earliest", "clientId": "a:b"}}, 400, "invalid_client_id"),
+    ("reset-body", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": []}, 400, "invalid_body"),
+    ("reset-json", "POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"content": b"{", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
     ("producer-get-unknown", "GET", "/admin/producers/{missing}", "/admin/producers/{name}", {}, 404, "unknown_producer"),
     ("producer-delete-unknown", "DELETE", "/admin/producers/{missing}", "/admin/producers/{name}", {}, 404, "unknown_producer"),
     ("producer-get-name", "GET", "/admin/producers/a:b", "/admin/producers/{name}", {}, 400, "invalid_producer"),
@@ -1073,10 +1073,10 @@ ERROR_CASES: list[Any] = [
     ("key-json", "POST", "/admin/keys", "/admin/keys", {"content": b"{", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
     ("key-get-unknown", "GET", "/admin/keys/0123456789abcdef", "/admin/keys/{key_id}", {}, 404, "unknown_key"),
     ("key-delete-unknown", "DELETE", "/admin/keys/{missing}", "/admin/keys/{key_id}", {}, 404, "unknown_key"),
-    ("queues-group", "GET", "/consumers/a%7Bb%7D/queues", "/consumers/{group}/queues", {}, 400, "invalid_consumer"),
-    ("clients-group", "GET", "/consumers/a:b/clients", "/consumers/{group}/clients", {}, 400, "invalid_consumer"),
-    ("client-queues-client", "GET", "/consumers/g/clients/a:b/queues", "/consumers/{group}/clients/{client_id}/queues", {}, 400, "invalid_client_id"),
-    ("client-queues-group", "GET", "/consumers/a:b/clients/c/queues", "/consumers/{group}/clients/{client_id}/queues", {}, 400, "invalid_consumer"),
+    ("queues-group", "GET", "/consumers/a%7Bb%7D/queues", "/consumers/{consumer}/queues", {}, 400, "invalid_consumer"),
+    ("clients-group", "GET", "/consumers/a:b/clients", "/consumers/{consumer}/clients", {}, 400, "invalid_consumer"),
+    ("client-queues-client", "GET", "/consumers/g/clients/a:b/queues", "/consumers/{consumer}/clients/{client_id}/queues", {}, 400, "invalid_client_id"),
+    ("client-queues-group", "GET", "/consumers/a:b/clients/c/queues", "/consumers/{consumer}/clients/{client_id}/queues", {}, 400, "invalid_consumer"),
 ]
 
 
@@ -1143,19 +1143,19 @@ def test_fuzzed_requests_match_spec(node_factory: Callable[..., Node], shared_to
               "topics", "mode", "maxBatch", "paused", "rateLimit", "retry", "alerts", "name", "admin",
               "producers", "consumers", "to", "queue", "offset"]
     own_fields = {
-        "/admin/consumers/{group}": {"topics", "mode", "consumeTimeoutMs", "maxBatch", "start", "paused",
+        "/admin/consumers/{consumer}": {"topics", "mode", "consumeTimeoutMs", "maxBatch", "start", "paused",
                                      "rateLimit", "retry", "alerts"},
         "/admin/producers/{name}": {"topics"},
         "/admin/keys": {"name", "admin", "producers", "consumers"},
-        "/admin/consumers/{group}/reset": {"topic", "to", "timestamp", "offset", "queue", "clientId"},
+        "/admin/consumers/{consumer}/reset": {"topic", "to", "timestamp", "offset", "queue", "clientId"},
     }
     targets = [("POST", "/produce", "/produce"), ("POST", "/message", "/message"),
                ("POST", "/ack", "/ack"), ("POST", "/unlock", "/unlock"),
-               ("PUT", "/admin/consumers/fz", "/admin/consumers/{group}"),
-               ("PATCH", "/admin/consumers/fz", "/admin/consumers/{group}"),
+               ("PUT", "/admin/consumers/fz", "/admin/consumers/{consumer}"),
+               ("PATCH", "/admin/consumers/fz", "/admin/consumers/{consumer}"),
                ("PUT", "/admin/producers/fz", "/admin/producers/{name}"),
                ("POST", "/admin/keys", "/admin/keys"),
-               ("POST", "/admin/consumers/fz/reset", "/admin/consumers/{group}/reset")]
+               ("POST", "/admin/consumers/fz/reset", "/admin/consumers/{consumer}/reset")]
     statuses: set[int] = set()
     try:
         for _ in range(120):
@@ -1213,9 +1213,9 @@ def test_body_too_large(node_factory: Callable[..., Node], shared_topic: str, do
         cases = [("POST", "/produce", "/produce"), ("POST", "/message", "/message"), ("POST", "/ack", "/ack"),
                  ("POST", "/nack", "/nack"), ("POST", "/unlock", "/unlock"),
                  ("POST", "/admin/consumers/g/dead-letters/redrive",
-                  "/admin/consumers/{group}/dead-letters/redrive"), ("PUT", "/admin/consumers/g", "/admin/consumers/{group}"),
-                 ("PATCH", "/admin/consumers/g", "/admin/consumers/{group}"),
-                 ("POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset"),
+                  "/admin/consumers/{consumer}/dead-letters/redrive"), ("PUT", "/admin/consumers/g", "/admin/consumers/{consumer}"),
+                 ("PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}"),
+                 ("POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset"),
                  ("PUT", "/admin/producers/p", "/admin/producers/{name}"), ("POST", "/admin/keys", "/admin/keys"),
                  ("POST", "/admin/topics", "/admin/topics")]
         documented = {(p, m) for p, m, op in operations() if "requestBody" in op}
@@ -1271,20 +1271,20 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
             ("POST", "/produce", "/produce", {"json": {"topic": shared_topic, "producer": "p", "value": "x"}}),
             ("DELETE", f"/delayed/{DelayIds(HMAC_KEY).new(2 ** 42, shared_topic)}?producer=p",
              "/delayed/{delay_id}", {}),
-            ("GET", "/consumers/g/queues", "/consumers/{group}/queues", {}),
-            ("GET", "/consumers/g/clients", "/consumers/{group}/clients", {}),
-            ("GET", "/consumers/g/clients/c/queues", "/consumers/{group}/clients/{client_id}/queues", {}),
+            ("GET", "/consumers/g/queues", "/consumers/{consumer}/queues", {}),
+            ("GET", "/consumers/g/clients", "/consumers/{consumer}/clients", {}),
+            ("GET", "/consumers/g/clients/c/queues", "/consumers/{consumer}/clients/{client_id}/queues", {}),
             ("GET", "/admin/consumers", "/admin/consumers", {}),
-            ("GET", "/admin/consumers/g", "/admin/consumers/{group}", {}),
-            ("PUT", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"topics": [shared_topic]}}),
-            ("PATCH", "/admin/consumers/g", "/admin/consumers/{group}", {"json": {"start": "earliest"}}),
-            ("DELETE", "/admin/consumers/g", "/admin/consumers/{group}", {}),
-            ("POST", "/admin/consumers/g/pause", "/admin/consumers/{group}/pause", {}),
-            ("POST", "/admin/consumers/g/resume", "/admin/consumers/{group}/resume", {}),
-            ("POST", "/admin/consumers/g/reset", "/admin/consumers/{group}/reset", {"json": reset}),
-            ("GET", "/admin/consumers/g/dead-letters", "/admin/consumers/{group}/dead-letters", {}),
+            ("GET", "/admin/consumers/g", "/admin/consumers/{consumer}", {}),
+            ("PUT", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"topics": [shared_topic]}}),
+            ("PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}", {"json": {"start": "earliest"}}),
+            ("DELETE", "/admin/consumers/g", "/admin/consumers/{consumer}", {}),
+            ("POST", "/admin/consumers/g/pause", "/admin/consumers/{consumer}/pause", {}),
+            ("POST", "/admin/consumers/g/resume", "/admin/consumers/{consumer}/resume", {}),
+            ("POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset", {"json": reset}),
+            ("GET", "/admin/consumers/g/dead-letters", "/admin/consumers/{consumer}/dead-letters", {}),
             ("POST", "/admin/consumers/g/dead-letters/redrive",
-             "/admin/consumers/{group}/dead-letters/redrive", {}),
+             "/admin/consumers/{consumer}/dead-letters/redrive", {}),
             ("GET", "/admin/producers", "/admin/producers", {}),
             ("GET", "/admin/producers/p", "/admin/producers/{name}", {}),
             ("PUT", "/admin/producers/p", "/admin/producers/{name}", {"json": {"topics": [shared_topic]}}),

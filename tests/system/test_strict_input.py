@@ -71,7 +71,7 @@ def test_body_integers_are_json_numbers(api: Api, make_topic, value: Any) -> Non
 
 #: (name, method, template, body, taken): for each body, the spec must allow it exactly when the
 #: server takes it. ``{t}`` is a topic, ``{g}`` a consumer registered for it in cluster mode.
-MSG, PRODUCE, CONSUMER = "/message", "/produce", "/admin/consumers/{group}"
+MSG, PRODUCE, CONSUMER = "/message", "/produce", "/admin/consumers/{consumer}"
 RESET = CONSUMER + "/reset"
 FETCH = {"consumer": "{g}", "topic": "{t}"}
 RECORD = {"topic": "{t}", "value": "a"}
@@ -145,7 +145,7 @@ def test_spec_and_server_agree(api: Api, make_topic, name: str, method: str, tem
     expect(api.http.put(api.url(f"/admin/consumers/{g}"), json={"topics": [topic], "mode": "cluster"}), 201)
     filled = _fill(body, {"{t}": topic, "{g}": g})
     assert spec_allows(method, template, filled) is taken, f"the spec {'refuses' if taken else 'allows'} it"
-    r = api.http.request(method.upper(), api.url(template.replace("{group}", g)), json=filled)
+    r = api.http.request(method.upper(), api.url(template.replace("{consumer}", g)), json=filled)
     assert (r.status_code < 400) is taken, (r.status_code, r.text)
 
 
