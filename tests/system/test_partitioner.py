@@ -69,7 +69,7 @@ JAVA_TABLE: list[tuple[str, int, tuple[int, ...]]] = [
     ("80", 857690492, (0, 2, 2, 1, 8, 92)),
     ("fafbfcfdfeff7f", 1346132018, (0, 2, 2, 0, 2, 18)),
 ]
-JAVA_SOURCE = ROOT / "tests" / "java" / "KeyPartitions.java"
+JAVA_SOURCE = ROOT / "tests" / "support" / "java" / "KeyPartitions.java"
 #: Text keys for the gateway tests: ASCII, multi-byte UTF-8, every length mod 4.
 TEXT_KEYS = ["order-43", "order-44", "customer-1", "k1", "user:42", "ключ", "日本語", "é", "🔑", "a",
              "ab", "abc", "abcd", "", *(f"key-{i}" for i in range(24))]
