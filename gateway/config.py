@@ -65,13 +65,27 @@ def hmac_key_refusal(settings: Settings) -> str | None:
 @dataclass(frozen=True, slots=True)
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
-    #: The broker adapter: ``kafka``, or ``memory`` (in-process, one worker; for tests).
+    #: The broker adapter: ``kafka``, ``rocketmq``, or ``memory`` (in-process, one worker; for
+    #: tests).
     broker: str = "kafka"
     #: Topics of the ``memory`` broker, made at start: ``name:queues,name:queues``.
     memory_topics: str = ""
     kafka_bootstrap: str = "127.0.0.1:9092"
     #: Extra librdkafka settings (``KAFKA_CONFIG`` as ``k=v,k=v``), e.g. SASL/TLS.
     kafka_config: str = ""
+    #: RocketMQ name servers (``host:port;host:port``), with ``broker = rocketmq``.
+    rocketmq_namesrv: str = "127.0.0.1:9876"
+    #: The consumer group every pull names (pulls carry their offset; the group's own offsets
+    #: are unused). Created on first use where the brokers do not auto-create groups.
+    rocketmq_reader_group: str = "mqgw_reader"
+    #: The producer group sends and recalls name.
+    rocketmq_producer_group: str = "mqgw_producer"
+    #: Timeout of one call to a name server or broker.
+    rocketmq_timeout_ms: int = 3000
+    #: Delays go to the brokers' timers (5.x ``TIMER_DELIVER_MS``) where every master has timers
+    #: and recall on, up to their ``timerMaxDelaySec``; longer delays, or all with false, go
+    #: through the gateway's delay wheel.
+    rocketmq_native_delay: bool = True
     #: HMAC key that signs requestIds. All nodes must share it.
     hmac_key: str = DEV_HMAC_KEY
     #: Redis key prefix, so several gateways can share one Redis.
@@ -292,7 +306,7 @@ _BOOLS = {"1": True, "true": True, "yes": True, "on": True,
           "0": False, "false": False, "no": False, "off": False}
 
 #: Settings also accepted without the MQGW_ prefix, as docs/configuration.md promises.
-_BARE_ENV = {"redis_url", "kafka_bootstrap", "kafka_config"}
+_BARE_ENV = {"redis_url", "kafka_bootstrap", "kafka_config", "rocketmq_namesrv"}
 
 
 def redact_url(url: str) -> str:

@@ -127,7 +127,7 @@ async def _open(settings: Settings, stack: AsyncExitStack, given_broker: Broker 
     delay = DelayService(settings, store, b)
     stack.push_async_callback(delay.close)
     relay = Relay(settings, store, b, wm, delay, metrics.delay_moved, checkpoints) \
-        if (settings.relay or not serve) and not delay.native else None
+        if settings.relay or not serve else None
     s = Services(settings, store, b, wm, consume, registry, keys, auth, checkpoints, gate, delay,
                  NackService(settings, store, b, consume, delay),
                  DeadLetters(settings, store, b, wm, checkpoints), TopicService(settings, b, wm),

@@ -13,7 +13,7 @@ from typing import Any
 from ..broker import Record
 from ..config import Settings
 from ..core.errors import invalid
-from ..core.fetch import Fetched, FetchParams, FetchStatus
+from ..core.fetch import Fetched, FetchParams, FetchStatus, parse_tag_filter
 from ..core.nack import Failed
 from ..core.names import check_name, check_public_topic, internal_topic_prefixes
 from ..core.retry import attempt_of
@@ -25,7 +25,8 @@ from .produce_wire import MAX_DUE
 
 #: The parameters of /message, and of /ack and /unlock: anything else is refused, since a typo
 #: (``maxx=5``) would otherwise lock a queue with the default batch size.
-FETCH_PARAMS = frozenset({"consumer", "topic", "clientId", "max", "wait_ms", "encoding", "requestId"})
+FETCH_PARAMS = frozenset({"consumer", "topic", "clientId", "max", "wait_ms", "encoding", "requestId",
+                          "tag"})
 BATCH_PARAMS = frozenset({"requestId"})
 ACK_PARAMS = frozenset({"requestId", "failed"})
 NACK_PARAMS = frozenset({"requestId", "failed", "delayMs"})
@@ -53,7 +54,14 @@ def fetch_request(p: Params, s: Settings, address: str,
         address=address,
         ack_request_id=rid,
         credential=credential,
+        tags=parse_tag_filter(_text(p.get("tag"), "invalid_tag", "tag")),
     ), encoding
+
+
+def _text(v: Any, code: str, name: str) -> str | None:
+    if v is not None and not isinstance(v, str):
+        raise invalid(code, f"{name} must be a string")
+    return v
 
 
 def request_id(p: Params) -> str:
@@ -186,8 +194,11 @@ def encode_records(records: list[Record], encoding: str,
             k = _b64(key)
             v = _b64(value)
             h = [[n, _b64(hv)] for n, hv in headers]
-        out.append({"offset": r.offset, "timestamp": r.timestamp, "key": k, "value": v,
-                    "headers": h, "encoding": enc, "attempt": attempt_of(r) if retried else 1})
+        rec = {"offset": r.offset, "timestamp": r.timestamp, "key": k, "value": v,
+               "headers": h, "encoding": enc, "attempt": attempt_of(r) if retried else 1}
+        if r.tag is not None:
+            rec["tag"] = r.tag
+        out.append(rec)
     return out
 
 

@@ -12,9 +12,10 @@ import base64
 import binascii
 from typing import Any
 
-from ..broker import OutgoingMessage
+from ..broker import QUEUE_ID, OutgoingMessage
 from ..core.delay import Cancelled, Delayed
 from ..core.errors import TooLarge, invalid
+from ..core.fetch import TAG
 from ..core.names import check_name, check_topic
 from ..core.produce import Produced
 from ..core.timeparse import MIN_EPOCH_MS, parse_rfc3339
@@ -25,7 +26,8 @@ from .numbers import json_int
 MAX_PARTITION = 2**31 - 1
 MAX_TIMESTAMP = 2**63 - 1
 _DELAY_FIELDS = {"delayMs", "deliverAt"}
-_MESSAGE_FIELDS = {"value", "key", "headers", "partition", "timestamp", "encoding"} | _DELAY_FIELDS
+_MESSAGE_FIELDS = {"value", "key", "headers", "partition", "queue", "tag", "timestamp",
+                   "encoding"} | _DELAY_FIELDS
 #: The latest due time accepted: 9999-12-31T23:59:59.999Z. There is no maximum delay short of it
 #: (the wheel loops on its top level); anything later is a mistake, not a plan.
 MAX_DUE = 253_402_300_799_999
@@ -145,11 +147,24 @@ def _message(m: Any, i: int, default_enc: str) -> OutgoingMessage:
     partition = _optional_int(m, "partition")
     if partition is not None and not 0 <= partition <= MAX_PARTITION:
         raise invalid("invalid_partition", f"messages[{i}].partition must be an integer >= 0", index=i)
+    queue = m.get("queue")
+    if queue is not None:
+        if partition is not None:
+            raise invalid("invalid_queue", f"messages[{i}]: give 'partition' or 'queue', not both",
+                          index=i)
+        if not isinstance(queue, str) or not QUEUE_ID.fullmatch(queue):
+            raise invalid("invalid_queue", f"messages[{i}].queue must be a queue id as /message "
+                          "answers it (1-64 characters of letters, digits, '.', '_', '-')", index=i)
+    tag = m.get("tag")
+    if tag is not None and (not isinstance(tag, str) or not TAG.fullmatch(tag)):
+        raise invalid("invalid_tag", f"messages[{i}].tag must be 1-128 characters without '|' or "
+                      "control characters", index=i)
     ts = _optional_int(m, "timestamp")
     if ts is not None and not 0 <= ts <= MAX_TIMESTAMP:
         raise invalid("invalid_timestamp", f"messages[{i}].timestamp must be ms since the epoch",
                           index=i)
-    return OutgoingMessage(value, key, headers, str(partition) if partition is not None else None, ts)
+    return OutgoingMessage(value, key, headers, str(partition) if partition is not None else queue,
+                           ts, tag=tag)
 
 
 def _optional_int(m: dict[str, Any], name: str) -> int | None:
@@ -179,9 +194,8 @@ def _bytes(v: Any, enc: str, i: int, name: str) -> bytes | None:
 
 
 def produced_body(p: Produced, delayed: dict[int, Delayed] | None = None) -> dict[str, Any]:
-    """Per record its ``partition`` and ``offset``: the partition is the queue id as a number,
-    which every Kafka queue id is. (A broker with non-numeric queue ids would get the id as a
-    string here; the RocketMQ adapter will settle the field's name and type.) A delayed record
+    """Per record its ``queue`` and ``offset``, and ``partition``, the queue id as a number,
+    where it is one (Kafka's; RocketMQ's ``<broker>.<n>`` is not). A delayed record
     (``delayed``, by index) has its ``delayId`` and ``deliverAt`` instead."""
     out: list[dict[str, Any]] = []
     for i, r in enumerate(p.results):
@@ -191,8 +205,8 @@ def produced_body(p: Produced, delayed: dict[int, Delayed] | None = None) -> dic
         elif r.error_code:
             out.append({"error": {"code": r.error_code, "message": r.error}})
         else:
-            out.append({"partition": int(r.queue) if r.queue.isdigit() else r.queue,
-                        "offset": r.offset})
+            out.append({"partition": int(r.queue), "queue": r.queue, "offset": r.offset}
+                       if r.queue.isdigit() else {"queue": r.queue, "offset": r.offset})
     return {"topic": p.topic, "failed": p.failed, "results": out}
 
 

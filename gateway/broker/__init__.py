@@ -8,6 +8,7 @@ from .base import (
     QUEUE_ID,
     Broker,
     BrokerUnavailable,
+    CancelRefused,
     Capability,
     FetchResult,
     OutgoingMessage,
@@ -31,6 +32,7 @@ __all__ = [
     "QUEUE_ID",
     "Broker",
     "BrokerUnavailable",
+    "CancelRefused",
     "Capability",
     "FetchResult",
     "OutgoingMessage",
@@ -49,7 +51,7 @@ __all__ = [
 ]
 
 #: Broker names accepted by the ``broker`` setting.
-KINDS = ("kafka", "memory")
+KINDS = ("kafka", "rocketmq", "memory")
 
 
 def create(settings: Settings) -> Broker:
@@ -63,6 +65,13 @@ def create(settings: Settings) -> Broker:
                            produce_linger_ms=settings.produce_linger_ms,
                            gap_recheck_ms=settings.gap_recheck_ms,
                            replication=settings.delay_replication)
+    if settings.broker == "rocketmq":
+        from .rocketmq import RocketMQBroker
+
+        return RocketMQBroker(settings.rocketmq_namesrv, reader_group=settings.rocketmq_reader_group,
+                              producer_group=settings.rocketmq_producer_group,
+                              timeout_ms=settings.rocketmq_timeout_ms,
+                              native_delay=settings.rocketmq_native_delay)
     if settings.broker == "memory":
         from .memory import MemoryBroker
 

@@ -45,6 +45,15 @@ class TopicRefused(Exception):
         self.message = message
 
 
+class CancelRefused(Exception):
+    """:meth:`Broker.cancel_delayed`: the broker will not cancel the record. ``too_late``: it is
+    due (or delivered) already; else the broker cannot cancel at all."""
+
+    def __init__(self, too_late: bool, message: str) -> None:
+        super().__init__(message)
+        self.too_late = too_late
+
+
 class Capability(str, Enum):
     """What a broker can do natively; features ask before they build it themselves."""
 
@@ -57,6 +66,8 @@ class Capability(str, Enum):
     #: committed offsets there (:meth:`Broker.save_offsets`) and resumes from them when Redis
     #: lost a consumer's offsets.
     OFFSET_CHECKPOINT = "offset_checkpoint"
+    #: Records carry a tag, and a read can ask for some tags only (RocketMQ).
+    TAG_FILTER = "tag_filter"
 
 
 def check_queue_id(q: str) -> str:
@@ -73,6 +84,8 @@ class Record:
     value: bytes | None
     headers: list[tuple[str, bytes]]
     timestamp: int  # ms since the epoch, -1 if the broker gave none
+    #: The record's tag (RocketMQ's TAGS), None where the broker has none.
+    tag: str | None = None
 
 
 class SkipReason(str, Enum):
@@ -116,6 +129,8 @@ class OutgoingMessage:
     #: Deliver at this time (unix ms), for a broker with Capability.DELAYED_DELIVERY only; the
     #: others never get it (core/delay.py writes into the delay wheel for them instead).
     deliver_at: int | None = None
+    #: A tag (RocketMQ's TAGS), for a broker with Capability.TAG_FILTER only.
+    tag: str | None = None
 
 
 class ProduceError(StrEnum):
@@ -127,13 +142,19 @@ class ProduceError(StrEnum):
     MESSAGE_TOO_LARGE = "message_too_large"
     BROKER_TIMEOUT = "broker_timeout"
     BROKER_ERROR = "broker_error"
+    #: A header or key the broker cannot carry (RocketMQ: properties are a string map, some
+    #: names are the broker's own).
+    INVALID_RECORD = "invalid_record"
+    #: A delay the broker refuses (beyond its timer's limit).
+    INVALID_DELAY = "invalid_delay"
 
     @property
     def permanent(self) -> bool:
         """Whether sending the same record again can never succeed (no such topic or queue, a
         record over the size limit), so that a caller drops it rather than retries."""
         return self in (ProduceError.UNKNOWN_TOPIC, ProduceError.UNKNOWN_PARTITION,
-                        ProduceError.MESSAGE_TOO_LARGE)
+                        ProduceError.MESSAGE_TOO_LARGE, ProduceError.INVALID_RECORD,
+                        ProduceError.INVALID_DELAY)
 
 
 @dataclass(slots=True)
@@ -145,6 +166,9 @@ class ProduceResult:
     offset: int = -1
     error_code: ProduceError | None = None
     error: str = ""
+    #: What cancels a record the broker holds until a due time (RocketMQ's recall handle);
+    #: empty when it cannot be cancelled there.
+    cancel_handle: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +199,9 @@ class Broker(ABC):
 
     name: str
     capabilities: frozenset[Capability] = frozenset()
+    #: With Capability.DELAYED_DELIVERY: the longest delay the broker holds (ms); longer ones
+    #: go through the gateway's delay wheel.
+    native_delay_max_ms: int = 0
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Connect long-lived clients."""
@@ -195,8 +222,11 @@ class Broker(ABC):
         """Earliest offset whose timestamp is >= ``timestamp_ms`` (the high watermark if none)."""
 
     @abstractmethod
-    async def fetch(self, topic: str, queue: str, offset: int, max_records: int) -> FetchResult:
-        """Read up to ``max_records`` starting at ``offset``; return what is readable now."""
+    async def fetch(self, topic: str, queue: str, offset: int, max_records: int,
+                    tags: frozenset[str] | None = None) -> FetchResult:
+        """Read up to ``max_records`` starting at ``offset``; return what is readable now.
+        ``tags``: only records with one of these tags (a broker with Capability.TAG_FILTER;
+        the others are never asked)."""
 
     @abstractmethod
     async def produce(self, topic: str, messages: list[OutgoingMessage],
@@ -240,6 +270,11 @@ class Broker(ABC):
         after it finds them. Raises :class:`TopicExists`, :class:`TopicRefused` or
         :class:`BrokerUnavailable`."""
         raise NotImplementedError(f"{self.name} cannot create topics")
+
+    async def cancel_delayed(self, topic: str, handle: str) -> None:
+        """Cancel a record the broker holds until its due time (``ProduceResult.cancel_handle``).
+        Raises :class:`CancelRefused` or :class:`BrokerUnavailable`."""
+        raise CancelRefused(False, f"{self.name} holds no delayed records")
 
     # -- offset checkpoints (Capability.OFFSET_CHECKPOINT) ------------------------------------
     async def save_offsets(self, group: str, topic: str, offsets: dict[str, int]) -> None:

@@ -33,8 +33,12 @@ from .partitioner import partition_for_key
 class MemoryBroker(Broker):
     capabilities = frozenset({Capability.OUT_OF_RETENTION, Capability.OFFSET_CHECKPOINT})
 
-    def __init__(self, name: str = "memory", topics: dict[str, int] | None = None) -> None:
+    def __init__(self, name: str = "memory", topics: dict[str, int] | None = None,
+                 tags: bool = False) -> None:
+        """``tags``: records carry tags and reads filter them (as RocketMQ's do)."""
         self.name = name
+        if tags:
+            self.capabilities = self.capabilities | {Capability.TAG_FILTER}
         self.logs: dict[str, dict[str, dict[int, Record]]] = {}
         self.low: dict[tuple[str, str], int] = {}
         self.end: dict[tuple[str, str], int] = {}  # the next offset to write (high watermark)
@@ -124,8 +128,11 @@ class MemoryBroker(Broker):
         hits = [o for o in sorted(log) if log[o].timestamp >= timestamp_ms]
         return hits[0] if hits else self._hi(topic, queue)
 
-    async def fetch(self, topic: str, queue: str, offset: int, max_records: int) -> FetchResult:
+    async def fetch(self, topic: str, queue: str, offset: int, max_records: int,
+                    tags: frozenset[str] | None = None) -> FetchResult:
         self.fetches.append((topic, queue, offset))
+        if tags:
+            return self._fetch_tagged(topic, queue, offset, max_records, tags)
         log = self._log(topic, queue)
         hi = self._hi(topic, queue)
         low = self.low.get((topic, queue), 0)
@@ -141,6 +148,18 @@ class MemoryBroker(Broker):
             skipped = Skipped(offset, first, SkipReason.GAP if recs else SkipReason.NO_RECORDS)
         nxt = recs[-1].offset + 1 if recs else max(first, offset)
         return FetchResult(recs, nxt, hi, skipped)
+
+    def _fetch_tagged(self, topic: str, queue: str, offset: int, max_records: int,
+                      tags: frozenset[str]) -> FetchResult:
+        """Records of the tags only; the others are stepped over (reported as a gap)."""
+        log = self._log(topic, queue)
+        hi = self._hi(topic, queue)
+        at = max(offset, self.low.get((topic, queue), 0))
+        recs = [log[o] for o in sorted(log) if o >= at and log[o].tag in tags][:max_records]
+        nxt = recs[-1].offset + 1 if len(recs) == max_records else hi
+        end = recs[0].offset if recs else nxt
+        skipped = Skipped(offset, end, SkipReason.GAP) if end > offset else None
+        return FetchResult(recs, max(nxt, offset), hi, skipped)
 
     async def save_offsets(self, group: str, topic: str, offsets: dict[str, int]) -> None:
         for q, off in offsets.items():
@@ -169,7 +188,7 @@ class MemoryBroker(Broker):
                 continue
             off = self._hi(topic, q)
             ts = m.timestamp if m.timestamp is not None else int(time.time() * 1000)
-            self.logs[topic][q][off] = Record(off, m.key, m.value, list(m.headers), ts)
+            self.logs[topic][q][off] = Record(off, m.key, m.value, list(m.headers), ts, m.tag)
             self.end[(topic, q)] = off + 1
             out.append(ProduceResult(q, off))
         return out

@@ -202,14 +202,14 @@ class DeadLetters:
                 continue  # not written by a nack (or forged): nowhere to send it back to
             own = [(n, v) for n, v in r.headers if n not in OWN_HEADERS]
             if target is RedriveTarget.TOPIC:  # a new write: the broker's time, as for retries
-                by_topic.setdefault(origin, []).append(OutgoingMessage(r.value, r.key, own))
+                by_topic.setdefault(origin, []).append(OutgoingMessage(r.value, r.key, own, tag=r.tag))
                 continue
             owner = header(r, H_CONSUMER) or consumer
             dest = retry_topic(self.settings.retry_topic_prefix, owner, origin,
                                header(r, H_CLIENT) or "")
             kept = [(n, v) for n, v in r.headers if n in _KEPT]
             by_topic.setdefault(dest, []).append(OutgoingMessage(
-                r.value, r.key, [*own, *kept, (H_ATTEMPT, b"1")]))
+                r.value, r.key, [*own, *kept, (H_ATTEMPT, b"1")], tag=r.tag))
         if target is RedriveTarget.CONSUMER:
             await self.broker.ensure_topics(dict.fromkeys(by_topic, self.settings.retry_partitions))
         for dest, messages in by_topic.items():

@@ -8,9 +8,11 @@ instead a cancel is refused from ``delay_cancel_cutoff_ms`` before the due time 
 record is delivered or on its way (one script decides, on Redis' clock, so a cancel and a
 delivery never both win). Cancel marks expire ``delay_mark_retention_ms`` after the due time.
 
-A broker that delays natively (:attr:`Capability.DELAYED_DELIVERY`) gets its records directly,
-with ``OutgoingMessage.deliver_at``; the wheel is only for brokers without (Kafka). Cancelling
-such a record will be that adapter's to implement (the marks here are the relay's).
+A broker that delays natively (:attr:`Capability.DELAYED_DELIVERY`: RocketMQ 5's timers) gets
+the records due within its limit (``Broker.native_delay_max_ms``) directly, with
+``OutgoingMessage.deliver_at``; the wheel holds the rest, and every delay on brokers without
+(Kafka). The id of a record the broker holds carries the broker's cancel handle (RocketMQ's
+recall handle), so its cancel goes to the broker, with the same cut-off before the due time.
 """
 
 from __future__ import annotations
@@ -25,7 +27,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..broker import Broker, BrokerUnavailable, Capability, OutgoingMessage, ProduceResult
+from ..broker import (
+    Broker,
+    BrokerUnavailable,
+    CancelRefused,
+    Capability,
+    OutgoingMessage,
+    ProduceResult,
+)
 from ..config import Settings
 from ..store import CancelOutcome, OffsetStore, now_ms
 from . import b64url
@@ -56,10 +65,12 @@ class DelayRef:
 
     due: int
     topic: str
+    #: The broker's cancel handle of a record it holds itself ("" for the wheel's records).
+    handle: str = ""
 
 
 class DelayIds:
-    """``<base64url(due, random, topic)>.<base64url(mac)>``."""
+    """``<base64url(due, random, topic[, NUL, handle])>.<base64url(mac)>``."""
 
     def __init__(self, key: str) -> None:
         self._key = key.encode()
@@ -67,8 +78,10 @@ class DelayIds:
     def _mac(self, payload: bytes) -> bytes:
         return hmac.new(self._key, b"delay:" + payload, hashlib.sha256).digest()[:_MAC_BYTES]
 
-    def new(self, due: int, topic: str) -> str:
+    def new(self, due: int, topic: str, handle: str = "") -> str:
         payload = _HEAD.pack(due, os.urandom(6)) + topic.encode()
+        if handle:
+            payload += b"\0" + handle.encode()
         return f"{_b64(payload)}.{_b64(self._mac(payload))}"
 
     def parse(self, delay_id: str) -> DelayRef:
@@ -81,7 +94,8 @@ class DelayIds:
             raise invalid("invalid_delay_id", "not a delay id this gateway issued "
                           "(malformed, or signed with another key)")
         due, _ = _HEAD.unpack_from(payload)
-        return DelayRef(due, payload[_HEAD.size:].decode())
+        topic, _, handle = payload[_HEAD.size:].decode().partition("\0")
+        return DelayRef(due, topic, handle)
 
 
 _b64 = b64url.encode
@@ -119,15 +133,18 @@ class DelayService:
         self.ids = DelayIds(settings.hmac_key)
         #: Told which level queues this process just wrote (its own relay wakes at once).
         self.poke = poke
-        self.native = Capability.DELAYED_DELIVERY in broker.capabilities
         self._ready: asyncio.Future[None] | None = None
         self._failed_at = 0.0
+
+    def native(self, delay_ms: int) -> bool:
+        """Whether the broker holds a record this long itself (its capabilities are known once
+        it started, hence asked each time)."""
+        return Capability.DELAYED_DELIVERY in self.broker.capabilities \
+            and delay_ms <= self.broker.native_delay_max_ms
 
     async def ensure_topics(self) -> None:
         """Create the level topics that are missing (once per process; retried after a
         failure, e.g. while the broker is down)."""
-        if self.native:
-            return
         failed = self._ready is not None and self._ready.done() and not self._ready.cancelled() \
             and self._ready.exception() is not None
         if self._ready is None or (failed and time.monotonic() - self._failed_at >= ENSURE_RETRY_S) \
@@ -182,6 +199,7 @@ class DelayService:
         soon: list[int] = []
         at_once: list[int] = []
         wheeled: dict[int, OutgoingMessage] = {}
+        native: list[int] = []
         for i, (m, due) in enumerate(zip(messages, dues, strict=True)):
             if due is None:
                 at_once.append(i)
@@ -189,11 +207,11 @@ class DelayService:
             if (bad := misplaced(topic, queues, m)) is not None:
                 results[i] = bad
                 continue
-            delayed[i] = Delayed(self.ids.new(due, topic), due)
-            if self.native:  # the broker holds it until its due time (RocketMQ 5 timers)
-                at_once.append(i)
+            if self.native(due - now):  # the broker holds it until its due time (RocketMQ 5 timers)
+                native.append(i)
                 messages[i] = replace(m, deliver_at=due)
                 continue
+            delayed[i] = Delayed(self.ids.new(due, topic), due)
             level = self.wheel.level_for(due - now)
             if level is None:
                 soon.append(i)
@@ -205,6 +223,8 @@ class DelayService:
                  for level_topic, idx in by_level.items()]
         if at_once:
             sends.append(self._now(topic, [(i, messages[i]) for i in at_once], results))
+        if native:
+            sends.append(self._native(topic, [(i, messages[i]) for i in native], results, delayed))
         if soon:
             sends.append(self._soon(topic, [(i, messages[i], delayed[i]) for i in soon], results))
         await asyncio.gather(*sends)
@@ -222,6 +242,16 @@ class DelayService:
         res = await produce(self.broker, topic, [m for _, m in items])
         for (i, _), r in zip(items, res.results, strict=True):
             results[i] = r
+
+    async def _native(self, topic: str, items: list[tuple[int, OutgoingMessage]],
+                      results: list[ProduceResult], delayed: dict[int, Delayed]) -> None:
+        """Records the broker holds: their ids carry the broker's cancel handle."""
+        res = await produce(self.broker, topic, [m for _, m in items])
+        for (i, m), r in zip(items, res.results, strict=True):
+            results[i] = r
+            if not r.error_code and m.deliver_at is not None:
+                delayed[i] = Delayed(self.ids.new(m.deliver_at, topic, r.cancel_handle),
+                                     m.deliver_at)
 
     async def _send(self, level_topic: str, messages: list[OutgoingMessage], idx: list[int],
                     results: list[ProduceResult], written: dict[str, dict[str, int]]) -> None:
@@ -242,7 +272,7 @@ class DelayService:
         send = [(i, m, d) for n, (i, m, d) in enumerate(items) if n not in dropped]
         res = await produce(self.broker, topic, [
             OutgoingMessage(m.value, m.key, [*m.headers, (H_DUE, str(d.deliver_at).encode())],
-                            m.queue, m.timestamp) for _, m, d in send])
+                            m.queue, m.timestamp, tag=m.tag) for _, m, d in send])
         for (i, _, _), r in zip(send, res.results, strict=True):
             if r.error_code:
                 results[i] = r
@@ -252,6 +282,8 @@ class DelayService:
         or is due within ``delay_cancel_cutoff_ms``."""
         ref = self.ids.parse(delay_id)
         cutoff = self.settings.delay_cancel_cutoff_ms
+        if ref.handle:
+            return await self._cancel_native(delay_id, ref, cutoff)
         outcome = CancelOutcome.TOO_LATE
         if ref.due + self.settings.delay_mark_retention_ms > now_ms():  # else its mark is gone
             outcome = await self.store.delay.cancel(delay_id, ref.due, cutoff,
@@ -266,6 +298,23 @@ class DelayService:
         return Cancelled(delay_id, ref.due, ref.topic)
 
 
+    async def _cancel_native(self, delay_id: str, ref: DelayRef, cutoff: int) -> Cancelled:
+        """A record the broker holds: refused from the cut-off on, as the wheel's are (a recall
+        racing the broker's delivery may be acknowledged and lose), else the broker's recall."""
+        if now_ms() >= ref.due - cutoff:
+            raise Conflict("already_delivered", f"this delayed record is delivered or on its "
+                           f"way: a cancel must come at least {cutoff} ms before the due time",
+                           deliverAt=ref.due)
+        try:
+            await self.broker.cancel_delayed(ref.topic, ref.handle)
+        except CancelRefused as e:
+            if e.too_late:
+                raise Conflict("already_delivered", str(e), deliverAt=ref.due) from None
+            raise Conflict("cancel_unsupported", f"the broker cannot cancel this record: {e}",
+                           deliverAt=ref.due) from None
+        return Cancelled(delay_id, ref.due, ref.topic)
+
+
 def into_wheel(m: OutgoingMessage, topic: str, due: int, hop_due: int, delay_id: str) -> OutgoingMessage:
     """The message as a level topic holds it: its own key and headers, and where it goes and
     when in ``mqgw-delay-*`` headers (removed again on the way out)."""
@@ -275,7 +324,7 @@ def into_wheel(m: OutgoingMessage, topic: str, due: int, hop_due: int, delay_id:
         headers.append((H_PARTITION, m.queue.encode()))
     if m.timestamp is not None:
         headers.append((H_TIMESTAMP, str(m.timestamp).encode()))
-    return OutgoingMessage(m.value, m.key, headers)
+    return OutgoingMessage(m.value, m.key, headers, tag=m.tag)
 
 
 

@@ -11,10 +11,11 @@ says it is worth a look. The piggy-backed ack and the requestId side are core/co
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..broker import Broker, BrokerUnavailable, Record, Skipped, UnknownTopic
+from ..broker import Broker, BrokerUnavailable, Capability, Record, Skipped, UnknownTopic
 from ..config import Settings
 from ..store import (
     AckResult,
@@ -31,7 +32,7 @@ from ..store import (
 )
 from .auth import Authorizer
 from .checkpoint import Checkpoints
-from .errors import DomainError, Forbidden, Invalid
+from .errors import DomainError, Forbidden, Invalid, invalid
 from .registry_copy import RegistryCopy
 from .requestid import BatchRef, RequestIdCodec
 from .retry_topics import MEMO_MAX, RetryTopics
@@ -60,6 +61,27 @@ _REFUSED: dict[Refusal, tuple[type[DomainError], str, str]] = {
 }
 
 
+#: A tag: what RocketMQ takes (no '|', which separates them in a filter), up to 128 characters.
+TAG = re.compile(r"[^|\x00-\x1f]{1,128}")
+
+
+def parse_tag_filter(text: str | None) -> frozenset[str] | None:
+    """``A||B`` (RocketMQ's TAG expression; blanks around tags ignored, ``*`` for all) -> the
+    tags; None for no filter."""
+    if text is None or text.strip() in ("", "*"):
+        return None
+    tags = frozenset(t.strip() for t in text.split("||"))
+    if not all(TAG.fullmatch(t) for t in tags) or len(tags) > 64:
+        raise invalid("invalid_tag", "tag must be tags separated by '||' (e.g. 'A||B'), each "
+                      "1-128 characters without '|' or control characters, at most 64")
+    return tags
+
+
+def tag_expression(tags: frozenset[str] | None) -> str:
+    """The filter as RocketMQ writes it, one spelling per set ("" for none)."""
+    return "||".join(sorted(tags)) if tags else ""
+
+
 class FetchStatus(str, Enum):
     OK = "ok"  # a batch was locked and read
     EMPTY = "empty"  # nothing to read before the wait ran out
@@ -77,6 +99,9 @@ class FetchParams:
     address: str
     ack_request_id: str = ""
     credential: Credential | None = None  # None: auth is off
+    #: Only records with one of these tags (a broker with Capability.TAG_FILTER); the others
+    #: are stepped over and committed past, as a RocketMQ subscription does.
+    tags: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +173,9 @@ class Fetcher:
 
     async def fetch(self, p: FetchParams, retry: str) -> Fetched:
         """A batch of ``p.topic`` or of its retry topic ``retry``, or why there is none."""
+        if p.tags and Capability.TAG_FILTER not in self.broker.capabilities:
+            raise invalid("tag_filter_unsupported", f"the {self.broker.name} broker has no "
+                          "message tags: fetch without 'tag'")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + p.wait_ms / 1000
         t = _Try(p)
@@ -296,7 +324,7 @@ class Fetcher:
         start = lock.committed
         fetched = now_ms()
         try:
-            res = await self.broker.fetch(topic, lock.queue, start, lock.allowance)
+            res = await self.broker.fetch(topic, lock.queue, start, lock.allowance, p.tags)
         except BaseException:
             # The broker failed (or the client went away): free the queue for the next fetch now
             # rather than after the consume timeout, and give back the rate-limit tokens charged
@@ -317,7 +345,8 @@ class Fetcher:
                                         res.high_watermark)
             return None
         ref = BatchRef(self.broker.name, p.consumer, p.client_id, topic, lock.queue, start,
-                       res.next_offset, lock.token, res.high_watermark, fetched)
+                       res.next_offset, lock.token, res.high_watermark, fetched,
+                       tag_expression(p.tags))
         return Batch(
             request_id=self.codec.encode(ref), topic=topic, queue=lock.queue, offset=start,
             next_offset=res.next_offset,

@@ -22,6 +22,7 @@ from ..store import AckOutcome, AckResult, Credential, OffsetStore, now_ms
 from .consume import ConsumeService
 from .delay import DelayService
 from .errors import invalid
+from .fetch import parse_tag_filter
 from .produce import produce
 from .requestid import BatchRef
 from .retry import (
@@ -144,7 +145,8 @@ class NackService:
         at = ref.offset
         empty = 0
         while at < ref.next_offset:
-            res = await self.broker.fetch(ref.topic, ref.queue, at, ref.next_offset - at)
+            res = await self.broker.fetch(ref.topic, ref.queue, at, ref.next_offset - at,
+                                          parse_tag_filter(ref.tags))
             out += [r for r in res.records if r.offset < ref.next_offset]
             if res.next_offset > at:
                 at, empty = res.next_offset, 0
@@ -174,7 +176,7 @@ class NackService:
                     (H_CONSUMER, ref.consumer.encode())]
         if ref.client_id:
             headers.append((H_CLIENT, ref.client_id.encode()))
-        return OutgoingMessage(r.value, r.key, headers)  # the broker's time: see H_ORIGIN_TS
+        return OutgoingMessage(r.value, r.key, headers, tag=r.tag)  # the broker's time: see H_ORIGIN_TS
 
     async def _retry(self, topic: str, messages: list[OutgoingMessage],
                      dues: list[int | None]) -> None:

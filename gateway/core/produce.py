@@ -11,7 +11,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from ..broker import Broker, OutgoingMessage, ProduceError, ProduceResult
+from ..broker import Broker, Capability, OutgoingMessage, ProduceError, ProduceResult
 from ..store import Credential, OffsetStore, ProduceVerdict
 from .errors import denied, invalid, unauthenticated
 from .names import check_public_topic
@@ -111,9 +111,17 @@ def misplaced(topic: str, queues: set[str], m: OutgoingMessage) -> ProduceResult
     return None
 
 
+def check_tags(broker: Broker, messages: list[OutgoingMessage]) -> None:
+    """Tags are RocketMQ's: a broker without them refuses the request rather than drop them."""
+    if Capability.TAG_FILTER not in broker.capabilities and any(m.tag for m in messages):
+        raise invalid("tag_unsupported", f"the {broker.name} broker has no message tags; "
+                      "send the record without 'tag' (or put it in a header)")
+
+
 async def produce(broker: Broker, topic: str, messages: list[OutgoingMessage]) -> Produced:
     """Send after checking queues, so a message for a queue that does not exist fails alone
     and fast."""
+    check_tags(broker, messages)
     queues = set(await broker.queues(topic))
     results: list[ProduceResult | None] = [misplaced(topic, queues, m) for m in messages]
     to_send = [i for i, r in enumerate(results) if r is None]

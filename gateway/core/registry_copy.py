@@ -154,10 +154,13 @@ class RegistryCopy:
             wm = await self.broker.watermarks(self.topic)
         except UnknownTopic:
             return out
-        lo, hi = wm.get("0", (0, 0))
+        if not wm:
+            return out
+        queue = min(wm)  # the copy's one queue ("0" on Kafka, "<broker>.0" on RocketMQ)
+        lo, hi = wm[queue]
         at = lo
         while at < hi:
-            res = await self.broker.fetch(self.topic, "0", at, _READ_BATCH)
+            res = await self.broker.fetch(self.topic, queue, at, _READ_BATCH)
             for r in res.records:
                 if r.key is None:
                     continue

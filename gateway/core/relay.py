@@ -361,7 +361,7 @@ class Relay:
             headers = [(k, v) for k, v in r.headers if k != H_HOP_DUE]
             headers.append((H_HOP_DUE, str(now + level).encode()))
             hops.setdefault(self.wheel.topic(level), []).append(
-                (w, OutgoingMessage(r.value, r.key, headers)))
+                (w, OutgoingMessage(r.value, r.key, headers, tag=r.tag)))
         return hops, finals
 
     async def _send(self, hops: dict[str, _Batch], finals: list[_Wheeled]) -> list[_Sent] | None:
@@ -429,7 +429,7 @@ class Relay:
             r = w.record
             out.setdefault(w.topic, []).append((w, OutgoingMessage(
                 r.value, r.key, [(k, v) for k, v in r.headers if k not in INTERNAL_HEADERS],
-                w.partition, w.timestamp)))
+                w.partition, w.timestamp, tag=r.tag)))
         results = await asyncio.gather(*(self.broker.produce(t, [m for _, m in batch])
                                          for t, batch in out.items()), return_exceptions=True)
         return [(t, batch, res) for (t, batch), res in zip(out.items(), results, strict=True)]

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from . import b64url
 from .errors import Invalid, invalid
 
-_VERSION = "2"
+_VERSION = "3"
 #: Fields per version: "1" (before fetch times) is still read, so a batch fetched before an
 #: upgrade can be acked after it.
-_FIELDS = {"1": 10, "2": 11}
+_FIELDS = {"1": 10, "2": 11, "3": 12}
 _SEP = "\x1f"  # never valid in a consumer, clientId, topic or queue name
 _SIG_BYTES = 16
 
@@ -37,6 +37,8 @@ class BatchRef:
     token: int  # lock token of the fetch that produced the batch
     high_watermark: int = -1  # learned from the fetch; the ack raises the stored max offset to it
     fetched_ms: int = 0  # when the batch was handed out (0: unknown); a nack keeps the first one
+    #: The fetch's tag filter (``A||B``; "" for none): a nack reads the batch again with it.
+    tags: str = ""
 
 
 _INT = re.compile(r"-?[0-9]{1,19}")
@@ -59,7 +61,7 @@ class RequestIdCodec:
         payload = _SEP.join(
             (_VERSION, ref.broker, ref.consumer, ref.client_id, ref.topic, ref.queue,
              str(ref.offset), str(ref.next_offset), str(ref.token), str(ref.high_watermark),
-             str(ref.fetched_ms))
+             str(ref.fetched_ms), ref.tags)
         ).encode()
         raw = payload + self._sign(payload)
         return b64url.encode(raw)
@@ -81,8 +83,11 @@ class RequestIdCodec:
         if parts[0] not in _FIELDS:
             raise invalid("invalid_request_id", "requestId version is not supported")
         _, broker, consumer, client_id, topic, queue, *texts = parts
+        tags = texts.pop() if parts[0] == "3" else ""
         numbers = [int(x) for x in texts if _INT.fullmatch(x)]
         if len(numbers) != len(texts) or not all(_INT64[0] <= n <= _INT64[1] for n in numbers):
             # signed with our key, yet not made by us: a leaked key, or a bug
             raise _malformed("its numbers are not 64-bit integers")
-        return BatchRef(broker, consumer, client_id, topic, queue, *numbers)
+        offset, next_offset, token, high_watermark, *rest = numbers
+        return BatchRef(broker, consumer, client_id, topic, queue, offset, next_offset, token,
+                        high_watermark, rest[0] if rest else 0, tags)

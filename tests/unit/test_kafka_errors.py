@@ -27,7 +27,8 @@ def test_a_failed_write_is_named_in_the_ports_terms(code: int, expected: Produce
 
 def test_only_what_a_retry_cannot_cure_is_permanent() -> None:
     assert {e for e in ProduceError if e.permanent} == {
-        ProduceError.UNKNOWN_TOPIC, ProduceError.UNKNOWN_PARTITION, ProduceError.MESSAGE_TOO_LARGE}
+        ProduceError.UNKNOWN_TOPIC, ProduceError.UNKNOWN_PARTITION, ProduceError.MESSAGE_TOO_LARGE,
+        ProduceError.INVALID_RECORD, ProduceError.INVALID_DELAY}
 
 
 def test_produce_errors_go_on_the_wire_as_their_codes() -> None:

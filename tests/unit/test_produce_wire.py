@@ -86,6 +86,11 @@ def test_no_delay_or_a_past_time_is_written_at_once(body: dict[str, Any]) -> Non
     ({"value": "x", "partition": -1}, "invalid_partition"),
     ({"value": "x", "partition": "1"}, "invalid_partition"),
     ({"value": "x", "timestamp": 2 ** 63}, "invalid_timestamp"),
+    ({"value": "x", "queue": "a:b"}, "invalid_queue"),
+    ({"value": "x", "queue": 1}, "invalid_queue"),
+    ({"value": "x", "queue": "broker-a.1", "partition": 1}, "invalid_queue"),
+    ({"value": "x", "tag": "A||B"}, "invalid_tag"),
+    ({"value": "x", "tag": ""}, "invalid_tag"),
     ({"value": "x", "headers": {str(i): "v" for i in range(65)}}, "too_many_headers"),
     ({"messages": [{"value": "x"}] * 101}, "too_many_messages"),
 ])
@@ -103,10 +108,11 @@ def test_seconds_are_told_in_milliseconds() -> None:
 
 def test_the_produce_answer() -> None:
     failed = ProduceResult(error="nope", error_code=ProduceError.UNKNOWN_TOPIC)
-    p = Produced(T, [ProduceResult("0", 41), ProduceResult(), failed])
+    p = Produced(T, [ProduceResult("0", 41), ProduceResult(), failed, ProduceResult("broker-a.3", 7)])
     body = produced_body(p, {1: Delayed("id1", NOW + 5)})
     assert body["topic"] == T and body["results"] == [
-        {"partition": 0, "offset": 41}, {"delayId": "id1", "deliverAt": NOW + 5},
-        {"error": {"code": "unknown_topic", "message": "nope"}}]
+        {"partition": 0, "queue": "0", "offset": 41}, {"delayId": "id1", "deliverAt": NOW + 5},
+        {"error": {"code": "unknown_topic", "message": "nope"}},
+        {"queue": "broker-a.3", "offset": 7}]  # RocketMQ's queue ids are not partition numbers
     assert cancelled_body(Cancelled("id1", NOW, T)) == \
         {"result": "cancelled", "delayId": "id1", "deliverAt": NOW, "topic": T}

@@ -98,7 +98,8 @@ class KafkaBroker(Broker):
         await self._groups.forget(group)
 
     # -- fetch and produce ------------------------------------------------------------------
-    async def fetch(self, topic: str, queue: str, offset: int, max_records: int) -> FetchResult:
+    async def fetch(self, topic: str, queue: str, offset: int, max_records: int,
+                    tags: frozenset[str] | None = None) -> FetchResult:
         """Read at ``offset`` through the pool; offsets skipped at the start are reported in
         ``skipped``. ``gap_recheck_ms`` > 0: holes are looked at again (:mod:`.reads`)."""
         trust = self._gap_recheck_s <= 0

@@ -1,0 +1,99 @@
+"""Pulls at an offset (PULL_MESSAGE), and RocketMQ's offset rules in the port's terms.
+
+Consume-queue offsets are given one by one per queue at write time, so they are contiguous: a
+pull skips offsets only for a tag filter (the broker's answer 20, or records starting past the
+offset asked), retention (20 for a removed commit log, 21 below the low watermark) or an empty
+queue. Unlike Kafka's tail (Tansu's race, reads.py there), a hole is never a record that turns
+up later, so nothing is looked at twice. The broker answers at most 32 records a pull
+(``maxTransferCountOnMessageInMemory``): a larger read takes several.
+"""
+
+from __future__ import annotations
+
+from ..base import FetchResult, Record, Skipped, SkipReason
+from .client import Client, check
+from .codes import PULL_SUBSCRIPTION, Req, Resp
+from .groups import Groups
+from .message import TAGS, StoredMessage, decode_messages, to_broker_name
+
+#: Records the broker gives per pull (its default ``maxTransferCountOnMessageInMemory``).
+PULL_MAX = 32
+#: Pulls per fetch at most (a tag filter can refuse long stretches).
+MAX_PULLS = 64
+#: Header on a record whose body could not be decompressed (the value is then empty).
+H_UNDECODABLE = "mqgw-undecodable"
+
+
+def subscription(tags: frozenset[str] | None) -> str:
+    return "*" if not tags else " || ".join(sorted(tags))
+
+
+async def pull(client: Client, groups: Groups, group: str, topic: str, queue: str, offset: int,
+               max_records: int, tags: frozenset[str] | None = None) -> FetchResult:
+    """Up to ``max_records`` from ``offset``: the records that are there now, in order. At most
+    :data:`MAX_PULLS` pulls: a tag filter that refuses a long stretch returns the offsets it
+    stepped over (``skipped``) rather than holding the caller."""
+    addr, qid = await client.master_of(topic, queue)
+    records: list[Record] = []
+    at = offset
+    hw = -1
+    made = False
+    reason: SkipReason | None = None  # why offsets [offset, first record) hold no record
+    for _ in range(MAX_PULLS):
+        if len(records) >= max_records:
+            break
+        want = min(PULL_MAX, max_records - len(records))
+        resp = await client.call(addr, Req.PULL_MESSAGE, {
+            "consumerGroup": group, "topic": to_broker_name(topic), "queueId": str(qid),
+            "queueOffset": str(at), "maxMsgNums": str(want), "sysFlag": str(PULL_SUBSCRIPTION),
+            "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": subscription(tags),
+            "subVersion": "0", "expressionType": "TAG"})
+        nxt = int(resp.ext.get("nextBeginOffset", at))
+        lo = int(resp.ext.get("minOffset", -1))
+        hw = max(hw, int(resp.ext.get("maxOffset", -1)))
+        if resp.code == Resp.SUCCESS:
+            got = [m for m in decode_messages(resp.body) if m.queue_offset >= at]
+            if got and got[0].queue_offset > at and not records:
+                reason = reason or SkipReason.GAP
+            kept = [_record(m) for m in got if _matches(m, tags)]
+            if kept and not records and reason is None and kept[0].offset > at:
+                reason = SkipReason.GAP  # the broker's hash filter let through another tag
+            records.extend(kept)
+            at = max(nxt, got[-1].queue_offset + 1 if got else at)
+            if at >= hw >= 0 or (not got and nxt <= at):
+                break
+        elif resp.code in (Resp.PULL_RETRY_IMMEDIATELY, Resp.PULL_OFFSET_MOVED) and nxt > at:
+            # Offsets the tag filter refused, or retention removed: stepped over.
+            if not records and reason is None:
+                reason = SkipReason.OUT_OF_RETENTION if 0 <= at < lo else \
+                    SkipReason.GAP if tags else SkipReason.NO_RECORDS
+            at = nxt
+        elif resp.code == Resp.SUBSCRIPTION_GROUP_NOT_EXIST and not made:
+            # A cluster without autoCreateSubscriptionGroup: the reader group is made once.
+            await groups.ensure(addr, group, fresh=True)
+            made = True
+        elif resp.code in (Resp.PULL_NOT_FOUND, Resp.PULL_RETRY_IMMEDIATELY, Resp.PULL_OFFSET_MOVED):
+            # Nothing at or past ``at`` now (21 with a next offset below it: the queue was emptied
+            # or the store wiped; the offset is kept, never moved back, as Kafka's reads do).
+            break
+        else:
+            if resp.code == Resp.TOPIC_NOT_EXIST:
+                client.forget(topic)
+            check(resp, f"pull {topic} {queue}")
+    at = max(at, offset)
+    end = records[0].offset if records else at
+    skipped = Skipped(offset, end, reason) if reason is not None and end > offset else None
+    return FetchResult(records, at, hw, skipped)
+
+
+def _matches(m: StoredMessage, tags: frozenset[str] | None) -> bool:
+    """The broker filters tags by hash code: the string is checked here, as the Java client does
+    (``PullAPIWrapper.processPullResult``)."""
+    return not tags or m.properties.get(TAGS) in tags
+
+
+def _record(m: StoredMessage) -> Record:
+    headers = m.headers
+    if m.error:
+        headers.append((H_UNDECODABLE, m.error.encode()))
+    return Record(m.queue_offset, m.key, m.body, headers, m.born_timestamp, m.tag)
