@@ -25,7 +25,7 @@ import redis
 
 from gateway.cli import devstack
 
-from .support import TEST_BROKER, Api, Node, Secure, start_node, start_secure, unique
+from .support import TEST_BROKER, Api, Node, Secure, create_topic, start_node, start_secure, unique
 
 
 @pytest.fixture(scope="session")
@@ -43,12 +43,22 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def bootstrap() -> Iterator[str]:
-    external = os.environ.get("KAFKA_BOOTSTRAP")
+    """The test broker's address: Kafka's bootstrap servers, or RocketMQ's name server."""
+    external = os.environ.get("KAFKA_BOOTSTRAP") or os.environ.get("ROCKETMQ_NAMESRV")
     if external:
         yield external
         return
-    if TEST_BROKER not in ("tansu", "kafka"):
-        raise pytest.UsageError(f"MQGW_TEST_BROKER={TEST_BROKER!r}: use tansu or kafka")
+    if TEST_BROKER not in ("tansu", "kafka", "rocketmq"):
+        raise pytest.UsageError(f"MQGW_TEST_BROKER={TEST_BROKER!r}: use tansu, kafka or rocketmq")
+    if TEST_BROKER == "rocketmq":
+        from gateway.cli.rocketmq_dist import start_rocketmq
+
+        mq = start_rocketmq()
+        try:
+            yield mq.extra["namesrv"]
+        finally:
+            mq.stop()
+        return
     if TEST_BROKER == "kafka":
         from gateway.cli.kafka_dist import start_kafka
 
@@ -82,7 +92,7 @@ def rds(redis_url: str) -> redis.Redis:
 def make_topic(bootstrap: str) -> Callable[..., str]:
     def make(partitions: int = 6, prefix: str = "t") -> str:
         name = unique(prefix)
-        devstack.create_topic(bootstrap, name, partitions)
+        create_topic(bootstrap, name, partitions)
         return name
     return make
 

@@ -105,7 +105,23 @@ def dev(args: argparse.Namespace) -> int:
             own_redis = True
             env["MQGW_REDIS_URL"] = r.extra["url"]
             print(f"started redis-server      {r.extra['url']}")
-        if not (env.get("KAFKA_BOOTSTRAP") or env.get("MQGW_KAFKA_BOOTSTRAP")):
+        if args.broker == "rocketmq":
+            if not env.get("MQGW_ROCKETMQ_NAMESRV"):
+                from . import rocketmq_dist
+
+                t0 = time.monotonic()
+                if not rocketmq_dist.is_resolved():
+                    print(f"resolving Apache RocketMQ {rocketmq_dist.VERSION} from Maven Central "
+                          f"into {rocketmq_dist.dist_dir()} (once; ~30 s)", flush=True)
+                rq = rocketmq_dist.start_rocketmq()
+                started.append(rq)
+                env["MQGW_ROCKETMQ_NAMESRV"] = rq.extra["namesrv"]
+                print(f"started name server (Apache RocketMQ {rocketmq_dist.VERSION}) {rq.extra['namesrv']}"
+                      f"\nstarted broker            {rq.extra['broker_addr']}"
+                      f"   in {time.monotonic() - t0:.0f} s")
+            env["MQGW_BROKER"] = "rocketmq"
+            # TODO(issue 22): demo topic via the adapter
+        elif not (env.get("KAFKA_BOOTSTRAP") or env.get("MQGW_KAFKA_BOOTSTRAP")):
             if args.broker == "kafka":
                 from . import kafka_dist
 
@@ -143,6 +159,8 @@ def dev(args: argparse.Namespace) -> int:
         devstack.wait_port(args.port, timeout=30, proc=gw)
         base = f"http://{args.host}:{args.port}"
         _patch_json(f"{base}/admin/consumers/demo-group", {"start": "earliest"})
+        broker_env = (f"MQGW_BROKER=rocketmq MQGW_ROCKETMQ_NAMESRV={env['MQGW_ROCKETMQ_NAMESRV']}"
+                      if args.broker == "rocketmq" else f"MQGW_KAFKA_BOOTSTRAP={env['MQGW_KAFKA_BOOTSTRAP']}")
         print(f"""
 mq-gateway is up at {base}   (API description: {base}/openapi.yaml)
 
@@ -154,7 +172,7 @@ mq-gateway is up at {base}   (API description: {base}/openapi.yaml)
 
 The command-line tools (mqgw admin, keys, snapshot, report) reach this stack with, in another shell:
   export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH" MQGW_URL={base} \\
-         MQGW_REDIS_URL={env["MQGW_REDIS_URL"]} MQGW_KAFKA_BOOTSTRAP={env["MQGW_KAFKA_BOOTSTRAP"]}
+         MQGW_REDIS_URL={env["MQGW_REDIS_URL"]} {broker_env}
 
 Ctrl-C stops the gateway and everything started with it.""", flush=True)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -265,12 +283,14 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--port", type=int, default=int(os.environ.get("MQGW_PORT", "8080")))
         p.add_argument("--workers", type=int, default=int(os.environ.get("MQGW_WORKERS", "2")))
         if name == "dev":
-            p.add_argument("--broker", choices=("kafka", "tansu"),
+            p.add_argument("--broker", choices=("kafka", "tansu", "rocketmq"),
                            default=os.environ.get("MQGW_DEV_BROKER", "kafka"),
                            help="the broker to start when KAFKA_BOOTSTRAP is not set: Apache Kafka "
                                 "from its Maven jars (default; needs Java 17 and Maven), or Tansu, "
                                 "the stand-in that starts in milliseconds (it under-reports end "
-                                "offsets: see README, Known limitations)")
+                                "offsets: see README, Known limitations), or Apache RocketMQ "
+                                "(a name server and a broker from Maven jars, unless "
+                                "MQGW_ROCKETMQ_NAMESRV is set)")
         p.set_defaults(fn=fn)
     admin_cli.add_commands(sub)
     p = sub.add_parser("relay", help="run only the relay that moves delayed records along the delay "

@@ -40,12 +40,46 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: The broker the suite runs on: ``tansu`` (the stand-in that starts in milliseconds) or
-#: ``kafka`` (Apache Kafka from its Maven jars, gateway/cli/kafka_dist.py); ``make test`` runs
-#: both passes. ``KAFKA_BOOTSTRAP`` (an external broker, taken to be Apache Kafka) wins over both.
-TEST_BROKER = "kafka" if os.environ.get("KAFKA_BOOTSTRAP") else os.environ.get("MQGW_TEST_BROKER", "tansu")
+#: The broker the suite runs on: ``tansu`` (the stand-in that starts in milliseconds), ``kafka``
+#: (Apache Kafka from its Maven jars, gateway/cli/kafka_dist.py) or ``rocketmq`` (Apache
+#: RocketMQ from its Maven jars, gateway/cli/rocketmq_dist.py); ``make test`` runs all three
+#: passes. ``KAFKA_BOOTSTRAP`` (an external broker, taken to be Apache Kafka) or
+#: ``ROCKETMQ_NAMESRV`` (an external RocketMQ name server) win over the setting.
+TEST_BROKER = "kafka" if os.environ.get("KAFKA_BOOTSTRAP") else \
+    "rocketmq" if os.environ.get("ROCKETMQ_NAMESRV") else os.environ.get("MQGW_TEST_BROKER", "tansu")
 #: Tansu's offset defects (README.md, Known limitations) are worked around only when this holds.
 ON_TANSU = TEST_BROKER == "tansu"
+ON_ROCKETMQ = TEST_BROKER == "rocketmq"
+
+
+def broker_env(address: str) -> dict[str, str]:
+    """A node's settings for the test broker at ``address`` (the ``bootstrap`` fixture: Kafka's
+    bootstrap servers, or RocketMQ's name server)."""
+    if ON_ROCKETMQ:
+        return {"MQGW_BROKER": "rocketmq", "MQGW_ROCKETMQ_NAMESRV": address}
+    return {"MQGW_KAFKA_BOOTSTRAP": address}
+
+
+def queue_id(n: int) -> str:
+    """The id of a topic's n-th queue on the test broker (one RocketMQ broker, ``broker-a``)."""
+    return f"broker-a.{n}" if ON_ROCKETMQ else str(n)
+
+
+def create_topic(address: str, topic: str, partitions: int) -> None:
+    """Create a topic on the test broker and wait until it serves (RocketMQ: through the
+    gateway's own adapter, as no other Python client can create topics there)."""
+    if not ON_ROCKETMQ:
+        devstack.create_topic(address, topic, partitions)
+        return
+    from gateway.broker.rocketmq import RocketMQBroker
+
+    async def make() -> None:
+        b = RocketMQBroker(address)
+        try:
+            await b.ensure_topics({topic: partitions}, timeout_s=30)
+        finally:
+            await b.close()
+    asyncio.run(make())
 HMAC_KEY = "test-hmac-key-0123456789"
 #: One TLS context for every client: the tests speak plain HTTP, and httpx would otherwise build
 #: (and load CA certificates into) a new one for each client, ~30 ms apiece.
@@ -97,7 +131,7 @@ def registry_topic(redis_url: str, key_prefix: str = "mqgw") -> str:
 def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1, port: int | None = None,
                **settings: Any) -> Node:
     port = port or devstack.free_port()  # a given port: a client is already trying it
-    env = {**os.environ, "MQGW_REDIS_URL": redis_url, "MQGW_KAFKA_BOOTSTRAP": bootstrap,
+    env = {**os.environ, "MQGW_REDIS_URL": redis_url, **broker_env(bootstrap),
            "MQGW_HMAC_KEY": HMAC_KEY, "MQGW_METADATA_REFRESH_MS": "100",
            # Most tests are about delivery, not access control: they run open and without keys.
            # test_auth.py and test_registry.py start nodes with auth on and open mode off.
@@ -147,6 +181,8 @@ class Api:
         return base + path
 
     def produce(self, topic: str, values: list[str], **kw: Any) -> dict[str, Any]:
+        if ON_ROCKETMQ and "partition" in kw:
+            kw["queue"] = queue_id(kw.pop("partition"))
         msgs = [{"value": v, **kw} for v in values]
         r = self.http.post(self.url("/produce"), json={"topic": topic, "messages": msgs})
         assert r.status_code == 200, r.text

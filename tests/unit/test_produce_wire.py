@@ -111,7 +111,7 @@ def test_the_produce_answer() -> None:
     p = Produced(T, [ProduceResult("0", 41), ProduceResult(), failed, ProduceResult("broker-a.3", 7)])
     body = produced_body(p, {1: Delayed("id1", NOW + 5)})
     assert body["topic"] == T and body["results"] == [
-        {"partition": 0, "queue": "0", "offset": 41}, {"delayId": "id1", "deliverAt": NOW + 5},
+        {"partition": 0, "offset": 41}, {"delayId": "id1", "deliverAt": NOW + 5},
         {"error": {"code": "unknown_topic", "message": "nope"}},
         {"queue": "broker-a.3", "offset": 7}]  # RocketMQ's queue ids are not partition numbers
     assert cancelled_body(Cancelled("id1", NOW, T)) == \
