@@ -7,7 +7,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 APT_GET := $(shell [ "$$(id -u)" = 0 ] && echo apt-get || echo sudo apt-get)
 
-.PHONY: run test test-unit test-tansu test-kafka test-fast test-deps bench soak deps system lint format clean
+.PHONY: run test test-unit test-tansu test-kafka test-rocketmq test-fast test-deps bench soak deps system lint format clean
 
 deps: system $(STAMP)
 
@@ -59,9 +59,9 @@ run: deps
 # The tests are in three folders (tests/conftest.py): tests/unit runs in process (fakeredis with
 # the real Lua scripts, the memory broker), tests/system starts processes, tests/support is shared.
 # `make test`: the unit tests; every system test on Apache Kafka from its Maven jars (the
-# reference broker); then on Tansu (the stand-in that starts in milliseconds) the system tests
-# marked every_broker, which prove the broker adapter: the rest does not depend on the broker, so
-# it runs once. All passes run, so one failing does not hide the others' results. With
+# reference broker); then on Tansu (the stand-in that starts in milliseconds) and on Apache
+# RocketMQ the system tests marked every_broker, which prove the broker adapter (and on RocketMQ
+# its own, marked rocketmq): the rest does not depend on the broker, so it runs once. All passes run, so one failing does not hide the others' results. With
 # KAFKA_BOOTSTRAP set (an external broker) it runs once, everything, against that broker.
 test: test-deps
 	@if [ -n "$$KAFKA_BOOTSTRAP" ]; then $(BIN)/python -m pytest -q $(PYTEST_ARGS); exit $$?; fi; \
@@ -69,6 +69,7 @@ test: test-deps
 	echo "== unit tests (in process)"; $(MAKE) --no-print-directory test-unit || rc=1; \
 	echo "== system tests on Apache Kafka"; $(MAKE) --no-print-directory test-kafka || rc=1; \
 	echo "== system tests of the broker adapter on Tansu"; $(MAKE) --no-print-directory test-tansu || rc=1; \
+	echo "== system tests of the broker adapter on Apache RocketMQ"; $(MAKE) --no-print-directory test-rocketmq || rc=1; \
 	exit $$rc
 
 # schemathesis' and hypothesis' pytest plugins take seconds to import; no unit test uses them.
@@ -82,6 +83,11 @@ test-kafka: test-deps
 
 test-tansu: test-deps
 	MQGW_TEST_BROKER=tansu $(BIN)/python -m pytest -q -p no:cacheprovider -m every_broker tests/system $(PYTEST_ARGS)
+
+# Apache RocketMQ 5.5.0 from its Maven jars (gateway/cli/rocketmq_dist.py): the adapter's tests,
+# and RocketMQ's own (interoperability with its Java and C++ clients, its tools, a killed broker).
+test-rocketmq: test-deps
+	MQGW_TEST_BROKER=rocketmq $(BIN)/python -m pytest -q -p no:cacheprovider -m "every_broker or rocketmq" tests/system $(PYTEST_ARGS)
 
 # The inner loop: the unit tests and one system smoke test (two nodes, Redis, Tansu).
 test-fast: deps

@@ -42,7 +42,24 @@ def redis_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def bootstrap() -> Iterator[str]:
+def rocketmq() -> Iterator[Any]:
+    """The RocketMQ name server and broker of a ``MQGW_TEST_BROKER=rocketmq`` session
+    (gateway/cli/rocketmq_dist.py): tests that kill and restart the broker use it. Timers up to
+    5 s (``timerMaxDelaySec``), so that longer delays go through the gateway's own wheel and a
+    session proves both paths."""
+    if TEST_BROKER != "rocketmq" or os.environ.get("ROCKETMQ_NAMESRV"):
+        pytest.skip("the test's own RocketMQ broker (MQGW_TEST_BROKER=rocketmq)")
+    from gateway.cli.rocketmq_dist import start_rocketmq
+
+    mq = start_rocketmq(timerMaxDelaySec=5)
+    try:
+        yield mq
+    finally:
+        mq.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
     """The test broker's address: Kafka's bootstrap servers, or RocketMQ's name server."""
     external = os.environ.get("KAFKA_BOOTSTRAP") or os.environ.get("ROCKETMQ_NAMESRV")
     if external:
@@ -51,13 +68,7 @@ def bootstrap() -> Iterator[str]:
     if TEST_BROKER not in ("tansu", "kafka", "rocketmq"):
         raise pytest.UsageError(f"MQGW_TEST_BROKER={TEST_BROKER!r}: use tansu, kafka or rocketmq")
     if TEST_BROKER == "rocketmq":
-        from gateway.cli.rocketmq_dist import start_rocketmq
-
-        mq = start_rocketmq()
-        try:
-            yield mq.extra["namesrv"]
-        finally:
-            mq.stop()
+        yield request.getfixturevalue("rocketmq").extra["namesrv"]
         return
     if TEST_BROKER == "kafka":
         from gateway.cli.kafka_dist import start_kafka

@@ -32,7 +32,16 @@ from .admin_wire import (
     reset_body,
     reset_request,
 )
-from .http import JSON, NO_PARAMS, admin_services, check_query, flag, object_body, query_number
+from .http import (
+    JSON,
+    NO_PARAMS,
+    admin_services,
+    check_query,
+    flag,
+    object_body,
+    query_number,
+    queue_param,
+)
 from .produce_wire import MAX_PARTITION
 from .registry_wire import (
     consumer_body,
@@ -105,7 +114,8 @@ async def dead_letters_route(request: Request) -> Response:
     limit = query_number(request, "limit", 20, 0, 1000)
     assert limit is not None  # it has a default
     page = await gw.dead_letters.page(
-        consumer, limit, str(partition) if partition is not None else None,
+        consumer, limit, queue_param(request.query_params.get("queue"),
+                                     str(partition) if partition is not None else None),
         query_number(request, "offset", None, 0, 2**63 - 1))
     return JSON(dead_page_body(page, encoding))
 

@@ -15,6 +15,7 @@ from ..core.names import check_name
 from ..core.reset import ResetRequest, ResetResult
 from ..core.topics import Topic
 from .consume_wire import encode_records
+from .http import queue_json, queue_param
 from .numbers import json_int
 from .produce_wire import MAX_PARTITION
 from .registry_wire import check_names
@@ -24,8 +25,8 @@ DELETE_OFFSETS = "deleteOffsets"  # DELETE /admin/consumers/{c}: its offsets go 
 DELETE_PARAMS = frozenset({DELETE_OFFSETS})
 BACKLOG_PARAMS = frozenset({"consumer", "age"})
 ALERTS_PARAMS = frozenset({"all"})
-DEAD_PARAMS = frozenset({"limit", "partition", "offset", "encoding"})
-REDRIVE_FIELDS = frozenset({"partition", "toOffset", "limit", "target"})
+DEAD_PARAMS = frozenset({"limit", "partition", "queue", "offset", "encoding"})
+REDRIVE_FIELDS = frozenset({"partition", "queue", "toOffset", "limit", "target"})
 TOPIC_LIST_PARAMS = frozenset({"internal"})
 _TOPIC_FIELDS = frozenset({"name", "partitions", "replicationFactor"})
 _KEY_FIELDS = frozenset({"name", "admin", "producers", "consumers"})
@@ -82,13 +83,12 @@ def reset_body(r: ResetResult) -> dict[str, Any]:
 def dead_page_body(p: DeadPage, encoding: str) -> dict[str, Any]:
     records = encode_records([r for _, r in p.records], encoding, retried=True)
     for (queue, _), out in zip(p.records, records, strict=True):
-        out["partition"] = int(queue) if queue.isdigit() else queue
+        out.update(queue_json(queue))
     return {
         "consumer": p.consumer, "deadLetterTopic": p.topic, "exists": p.exists, "count": p.count,
         "oldestMs": p.oldest_ms if p.oldest_ms >= 0 else None,
-        "partitions": [{"partition": int(q.queue) if q.queue.isdigit() else q.queue,
-                        "redrivenOffset": q.redriven, "endOffset": q.high, "count": q.count}
-                       for q in p.queues],
+        "partitions": [{**queue_json(q.queue), "redrivenOffset": q.redriven, "endOffset": q.high,
+                        "count": q.count} for q in p.queues],
         "messages": records,
     }
 
@@ -109,6 +109,7 @@ def redrive_request(body: dict[str, Any]) -> tuple[RedriveTarget, str | None, in
             raise invalid("invalid_partition", f"partition must be an integer from 0 to "
                               f"{MAX_PARTITION}", parameter="partition", min=0, max=MAX_PARTITION)
         partition = str(n)
+    partition = queue_param(body.get("queue"), partition)
     to_offset = _count(body, "toOffset", "invalid_to_offset", 0)
     limit = _count(body, "limit", "invalid_limit", 1)
     return target, partition, to_offset, limit
@@ -168,7 +169,7 @@ def topic_body(t: Topic) -> dict[str, Any]:
         "partitionCount": len(t.queues),
         "replicationFactor": t.replication,
         "partitions": [{
-            "partition": int(q.queue) if q.queue.isdigit() else q.queue,
+            **queue_json(q.queue),
             "leader": q.leader if q.leader >= 0 else None,
             "replicas": list(q.replicas),
             "inSync": list(q.in_sync),

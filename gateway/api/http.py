@@ -16,6 +16,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..broker import QUEUE_ID
 from ..core.auth import credential_of
 from ..core.errors import TooLarge, invalid, unauthenticated
 from ..services import Services
@@ -28,6 +29,24 @@ class JSON(Response):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
+
+
+def queue_json(queue: str) -> dict[str, Any]:
+    """A queue id on the wire: ``partition``, a number, for Kafka's; ``queue``, a string, for
+    ids that are not numbers (RocketMQ's ``<broker>.<n>``)."""
+    return {"partition": int(queue)} if queue.isdigit() else {"queue": queue}
+
+
+def queue_param(raw: Any, partition: str | None) -> str | None:
+    """A ``queue`` parameter (RocketMQ's queue ids), or the ``partition`` given instead."""
+    if raw is None:
+        return partition
+    if partition is not None:
+        raise invalid("invalid_queue", "give 'partition' or 'queue', not both")
+    if not isinstance(raw, str) or not QUEUE_ID.fullmatch(raw):
+        raise invalid("invalid_queue", "queue must be a queue id as /message answers it "
+                      "(1-64 characters of letters, digits, '.', '_', '-')")
+    return raw
 
 
 def services(request: Request) -> Services:

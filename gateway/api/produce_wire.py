@@ -19,6 +19,7 @@ from ..core.fetch import TAG
 from ..core.names import check_name, check_topic
 from ..core.produce import Produced
 from ..core.timeparse import MIN_EPOCH_MS, parse_rfc3339
+from .http import queue_json
 from .numbers import json_int
 
 #: Kafka's field widths (int32 partition, int64 timestamp): larger JSON integers are refused here,
@@ -194,8 +195,8 @@ def _bytes(v: Any, enc: str, i: int, name: str) -> bytes | None:
 
 
 def produced_body(p: Produced, delayed: dict[int, Delayed] | None = None) -> dict[str, Any]:
-    """Per record its ``queue`` and ``offset``, and ``partition``, the queue id as a number,
-    where it is one (Kafka's; RocketMQ's ``<broker>.<n>`` is not). A delayed record
+    """Per record its ``offset`` and its queue: ``partition``, a number, on Kafka; ``queue``,
+    RocketMQ's ``<broker>.<n>``, where the queue id is not a number. A delayed record
     (``delayed``, by index) has its ``delayId`` and ``deliverAt`` instead."""
     out: list[dict[str, Any]] = []
     for i, r in enumerate(p.results):
@@ -205,8 +206,7 @@ def produced_body(p: Produced, delayed: dict[int, Delayed] | None = None) -> dic
         elif r.error_code:
             out.append({"error": {"code": r.error_code, "message": r.error}})
         else:
-            out.append({"partition": int(r.queue), "queue": r.queue, "offset": r.offset}
-                       if r.queue.isdigit() else {"queue": r.queue, "offset": r.offset})
+            out.append({**queue_json(r.queue), "offset": r.offset})
     return {"topic": p.topic, "failed": p.failed, "results": out}
 
 

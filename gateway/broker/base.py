@@ -202,6 +202,9 @@ class Broker(ABC):
     #: With Capability.DELAYED_DELIVERY: the longest delay the broker holds (ms); longer ones
     #: go through the gateway's delay wheel.
     native_delay_max_ms: int = 0
+    #: The longest topic name the broker takes (Kafka's 249): the gateway's own topics (retry,
+    #: dead letters) are cut to it.
+    max_topic_length: int = 249
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Connect long-lived clients."""

@@ -119,8 +119,9 @@ def dev(args: argparse.Namespace) -> int:
                 print(f"started name server (Apache RocketMQ {rocketmq_dist.VERSION}) {rq.extra['namesrv']}"
                       f"\nstarted broker            {rq.extra['broker_addr']}"
                       f"   in {time.monotonic() - t0:.0f} s")
+                rocketmq_dist.create_topic(rq.extra["namesrv"], "demo", 6)
+                print("created topic            demo (6 queues)")
             env["MQGW_BROKER"] = "rocketmq"
-            # TODO(issue 22): demo topic via the adapter
         elif not (env.get("KAFKA_BOOTSTRAP") or env.get("MQGW_KAFKA_BOOTSTRAP")):
             if args.broker == "kafka":
                 from . import kafka_dist

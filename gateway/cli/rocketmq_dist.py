@@ -370,3 +370,19 @@ def _proc_addr(hex_addr: str, v6: bool) -> str:
     if raw[:12] == b"\0" * 10 + b"\xff\xff":  # IPv4-mapped
         return f"{socket.inet_ntop(socket.AF_INET, raw[12:])}:{int(port, 16)}"
     return f"[{socket.inet_ntop(socket.AF_INET6, raw)}]:{int(port, 16)}"
+
+
+def create_topic(namesrv: str, topic: str, queues: int, timeout: float = 30.0) -> None:
+    """Create a topic (if missing) through the gateway's own adapter, which no other Python
+    client can do on RocketMQ, and return once its queues serve (``make run``, the tests)."""
+    import asyncio
+
+    from ..broker.rocketmq import RocketMQBroker
+
+    async def make() -> None:
+        b = RocketMQBroker(namesrv)
+        try:
+            await b.ensure_topics({topic: queues}, timeout_s=timeout)
+        finally:
+            await b.close()
+    asyncio.run(make())

@@ -60,7 +60,8 @@ class ConsumeService:
     async def fetch(self, p: FetchParams) -> Fetched:
         """Ack the piggy-backed batch, if any (its sender chooses next), then fetch."""
         acked: AckResult | None = None
-        retry = retry_topic(self.settings.retry_topic_prefix, p.consumer, p.topic, p.client_id)
+        retry = retry_topic(self.settings.retry_topic_prefix, p.consumer, p.topic, p.client_id,
+                            self.broker.max_topic_length)
         if p.ack_request_id:
             ref = self.decode(p.ack_request_id)
             if (ref.consumer, ref.client_id) != (p.consumer, p.client_id) or \

@@ -85,7 +85,7 @@ class DeadLetters:
 
     async def topic_of(self, consumer: str) -> str:
         cfg = await self.store.get_config(consumer)
-        return RetryPolicy.of(consumer, cfg, self.settings).dead_letter_topic
+        return RetryPolicy.of(consumer, cfg, self.settings, self.broker.max_topic_length).dead_letter_topic
 
     async def _queues(self, topic: str) -> dict[str, tuple[int, int, int]]:
         """queue -> (low, cursor, high) of the dead-letter topic; {} if it does not exist."""
@@ -206,7 +206,7 @@ class DeadLetters:
                 continue
             owner = header(r, H_CONSUMER) or consumer
             dest = retry_topic(self.settings.retry_topic_prefix, owner, origin,
-                               header(r, H_CLIENT) or "")
+                               header(r, H_CLIENT) or "", self.broker.max_topic_length)
             kept = [(n, v) for n, v in r.headers if n in _KEPT]
             by_topic.setdefault(dest, []).append(OutgoingMessage(
                 r.value, r.key, [*own, *kept, (H_ATTEMPT, b"1")], tag=r.tag))

@@ -208,8 +208,8 @@ class DelayService:
                 results[i] = bad
                 continue
             if self.native(due - now):  # the broker holds it until its due time (RocketMQ 5 timers)
-                native.append(i)
-                messages[i] = replace(m, deliver_at=due)
+                native.append(i)  # with its due time in a header, as the wheel delivers them
+                messages[i] = replace(m, deliver_at=due, headers=[*m.headers, (H_DUE, str(due).encode())])
                 continue
             delayed[i] = Delayed(self.ids.new(due, topic), due)
             level = self.wheel.level_for(due - now)

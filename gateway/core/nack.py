@@ -92,10 +92,12 @@ class NackService:
             if outside:
                 raise invalid("invalid_failed", f"offsets {outside[:5]} are not in this "
                               f"batch ([{ref.offset}, {ref.next_offset}))", offsets=outside[:100])
-        policy = RetryPolicy.of(ref.consumer, await self.store.get_config(ref.consumer), self.settings)
+        policy = RetryPolicy.of(ref.consumer, await self.store.get_config(ref.consumer), self.settings,
+                                self.broker.max_topic_length)
         records = await self._read(ref) if failed is None or failed else []
         origin = next((t for r in records if (t := header(r, H_ORIGIN_TOPIC))), ref.topic)
-        retry = retry_topic(self.settings.retry_topic_prefix, ref.consumer, origin, ref.client_id)
+        retry = retry_topic(self.settings.retry_topic_prefix, ref.consumer, origin, ref.client_id,
+                            self.broker.max_topic_length)
         mine = [r for r in records if failed is None or r.offset in failed]
         last = [r for r in mine if attempt_of(r) >= policy.max_attempts]
         await self._ensure({**({retry: 0} if len(last) < len(mine) else {}),

@@ -56,7 +56,8 @@ class RetryPolicy:
     dead_letter_topic: str
 
     @classmethod
-    def of(cls, consumer: str, cfg: dict[str, str], settings: Settings) -> RetryPolicy:
+    def of(cls, consumer: str, cfg: dict[str, str], settings: Settings,
+           max_topic: int = _MAX_TOPIC) -> RetryPolicy:
         """The consumer's policy from its config hash, the gateway's defaults filling the gaps.
         A ``delaysMs`` schedule without ``maxAttempts`` allows one retry per listed delay."""
         delays = tuple(int(d) for d in cfg.get("retry_delays_ms", "").split(",") if d)
@@ -69,7 +70,7 @@ class RetryPolicy:
             max_delay_ms=int(cfg.get("retry_max_delay_ms") or settings.retry_max_delay_ms),
             delays_ms=delays,
             dead_letter_topic=cfg.get("retry_dead_letter_topic") or dead_letter_topic(
-                settings.dead_letter_prefix, consumer))
+                settings.dead_letter_prefix, consumer, max_topic))
 
     def delay_before(self, attempt: int) -> int:
         """The wait (ms) between a failure and delivery ``attempt`` (2 = the first retry). A
@@ -100,18 +101,20 @@ def check_policy_fields(cfg: dict[str, str]) -> None:
                       "one or the other (in a PATCH, null the others to switch)")
 
 
-def retry_topic(prefix: str, consumer: str, topic: str, client_id: str = "") -> str:
+def retry_topic(prefix: str, consumer: str, topic: str, client_id: str = "",
+                max_len: int = _MAX_TOPIC) -> str:
     """The retry topic of ``consumer`` (and in broadcast mode of its ``client_id``) for ``topic``:
     readable, and made unique by a digest of the three names (names may contain dots, so
-    ``a.b`` + ``c`` and ``a`` + ``b.c`` must not meet), within Kafka's 249 characters."""
+    ``a.b`` + ``c`` and ``a`` + ``b.c`` must not meet), within the broker's longest topic name
+    (``max_len``: Kafka's 249 characters, RocketMQ's 127)."""
     digest = hashlib.sha256(f"{consumer}\0{topic}\0{client_id}".encode()).hexdigest()[:10]
     readable = f"{consumer}.{topic}" + (f".{client_id}" if client_id else "")
-    room = _MAX_TOPIC - len(prefix) - len(digest) - 1
+    room = max_len - len(prefix) - len(digest) - 1
     return f"{prefix}{readable[:room]}.{digest}"
 
 
-def dead_letter_topic(prefix: str, consumer: str) -> str:
-    return f"{prefix}{consumer}"[:_MAX_TOPIC]
+def dead_letter_topic(prefix: str, consumer: str, max_len: int = _MAX_TOPIC) -> str:
+    return f"{prefix}{consumer}"[:max_len]
 
 
 def header(r: Record, name: str) -> str | None:

@@ -65,21 +65,78 @@ def queue_id(n: int) -> str:
     return f"broker-a.{n}" if ON_ROCKETMQ else str(n)
 
 
+def queue_ref(n: int) -> int | str:
+    """How the API names a topic's n-th queue: ``partition`` n on Kafka, ``queue`` "broker-a.n"
+    on RocketMQ (api/http.py queue_json)."""
+    return f"broker-a.{n}" if ON_ROCKETMQ else n
+
+
+def queue_of(item: dict[str, Any]) -> int | str:
+    """The queue an API answer names (``partition`` on Kafka, ``queue`` on RocketMQ)."""
+    q: int | str = item["queue"] if ON_ROCKETMQ else item["partition"]
+    return q
+
+
+def queue_field(n: int) -> dict[str, Any]:
+    """The field that sends a record to a topic's n-th queue in /produce."""
+    return {"queue": f"broker-a.{n}"} if ON_ROCKETMQ else {"partition": n}
+
+
+def queue_index(queue: str) -> int:
+    """The number of a queue id as /message answers it ("3", or RocketMQ's "broker-a.3")."""
+    return int(queue.rsplit(".", 1)[-1])
+
+
+def read_checkpoint(address: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """A consumer group's committed offsets on the test broker, by queue number, read with the
+    broker's own API (Kafka's admin client; RocketMQ's QUERY_CONSUMER_OFFSET through the
+    adapter, as no other Python client has it)."""
+    if ON_ROCKETMQ:
+        from gateway.broker.rocketmq import RocketMQBroker
+
+        async def load() -> dict[str, int]:
+            b = RocketMQBroker(address)
+            try:
+                return await b.load_offsets(group, topic, [f"broker-a.{p}" for p in range(partitions)])
+            finally:
+                await b.close()
+        return {queue_index(q): o for q, o in asyncio.run(load()).items()}
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": address})
+    req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
+    done = admin.list_consumer_group_offsets(req, request_timeout=10)[group].result(15)
+    return {tp.partition: tp.offset for tp in done.topic_partitions if tp.offset >= 0}
+
+
+def topic_queues(address: str) -> dict[str, int]:
+    """Every topic on the test broker with its number of queues, asked of the broker."""
+    if ON_ROCKETMQ:
+        from gateway.broker.rocketmq import RocketMQBroker
+
+        async def describe() -> dict[str, int]:
+            b = RocketMQBroker(address)
+            try:
+                return {t.name: len(t.queues) for t in await b.describe_topics()}
+            finally:
+                await b.close()
+        return asyncio.run(describe())
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": address}).list_topics(timeout=10)
+    return {t: len(m.partitions) for t, m in md.topics.items() if m.error is None}
+
+
 def create_topic(address: str, topic: str, partitions: int) -> None:
     """Create a topic on the test broker and wait until it serves (RocketMQ: through the
     gateway's own adapter, as no other Python client can create topics there)."""
     if not ON_ROCKETMQ:
         devstack.create_topic(address, topic, partitions)
         return
-    from gateway.broker.rocketmq import RocketMQBroker
+    from gateway.cli.rocketmq_dist import create_topic as create_rocketmq_topic
 
-    async def make() -> None:
-        b = RocketMQBroker(address)
-        try:
-            await b.ensure_topics({topic: partitions}, timeout_s=30)
-        finally:
-            await b.close()
-    asyncio.run(make())
+    create_rocketmq_topic(address, topic, partitions)
 HMAC_KEY = "test-hmac-key-0123456789"
 #: One TLS context for every client: the tests speak plain HTTP, and httpx would otherwise build
 #: (and load CA certificates into) a new one for each client, ~30 ms apiece.

@@ -30,10 +30,13 @@ import pytest
 
 from gateway.cli import devstack
 
-from ..support import TLS, Node, start_node, unique
+from ..support import ON_ROCKETMQ, TLS, Node, start_node, unique
 
 #: the broker adapter itself: run on every broker (tests/conftest.py)
 pytestmark = pytest.mark.every_broker
+#: librdkafka's threads and reconnects, and a Kafka broker (Tansu) started on the port later
+LIBRDKAFKA = pytest.mark.skipif(ON_ROCKETMQ, reason="librdkafka's clients; RocketMQ's broker "
+                                "going away: test_rocketmq.py")
 
 WINDOW_S = 3.0
 
@@ -103,6 +106,7 @@ def _node(redis_url: str, tmp_path: Path, port: int, **settings: str) -> Node:
 
 
 @pytest.mark.slow
+@LIBRDKAFKA
 def test_idle_worker_with_broker_down_makes_no_threads(redis_url: str, tmp_path: Path) -> None:
     port = devstack.free_port()  # nothing listens there
     node = _node(redis_url, tmp_path, port)
@@ -150,6 +154,7 @@ def test_idle_worker_with_broker_down_backs_off_connects(redis_url: str, tmp_pat
 
 
 @pytest.mark.slow
+@LIBRDKAFKA
 def test_librdkafka_defaults_would_spin(redis_url: str, tmp_path: Path) -> None:
     """The same worker with librdkafka's own settings back (``kafka_config`` overrides the
     adapter's): what the settings prevent, so that the first test measures something."""

@@ -34,10 +34,12 @@ from gateway.broker.memory import MemoryBroker
 from gateway.broker.partitioner import murmur2, partition_for_key
 from gateway.cli import kafka_dist
 
-from ..support import ROOT, Node, unique
+from ..support import ON_ROCKETMQ, ROOT, Node, unique
 
 #: the broker adapter itself: run on every broker (tests/conftest.py)
-pytestmark = pytest.mark.every_broker
+pytestmark = [pytest.mark.every_broker, pytest.mark.skipif(
+    ON_ROCKETMQ, reason="Kafka's partitioner and Java client; RocketMQ's key rule (UTF-8 keys, the "
+    "same murmur2 over its queues) is tested in test_rocketmq.py")]
 
 #: Partition counts of the table's columns.
 COUNTS = (1, 3, 6, 7, 12, 100)

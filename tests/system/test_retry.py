@@ -21,7 +21,7 @@ import pytest
 from gateway.config import Settings
 from gateway.core.retry import RetryPolicy, retry_topic
 
-from ..support import LEVELS, Node, start_node, unique
+from ..support import LEVELS, ON_ROCKETMQ, Node, start_node, unique
 
 #: the broker adapter itself: run on every broker (tests/conftest.py)
 pytestmark = pytest.mark.every_broker
@@ -188,7 +188,11 @@ def test_retry_schedule_then_dead_letters_then_redrive(
         # the relays wrote the retries due later than the smallest level when they reached the
         # wheel (on a machine slow enough to spend 200 ms of a 300 ms delay before that, the
         # nack writes a record itself): at least the 1,200 ms ones
-        assert _metric(nodes, 'mqgw_delay_records_total{step="delivered"}') >= 3
+        delivered = _metric(nodes, 'mqgw_delay_records_total{step="delivered"}')
+        if ON_ROCKETMQ:  # the broker's timers hold every retry there, not the wheel
+            assert delivered == 0
+        else:
+            assert delivered >= 3
 
         # nothing else comes: the attempts are used up
         r = c.get("/message", params={"topic": topic, "consumer": group, "wait_ms": 1500})

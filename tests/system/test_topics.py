@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 
 from gateway.broker.memory import MemoryBroker
-from gateway.cli import devstack
 from gateway.config import Settings
 from gateway.core.errors import Conflict, Forbidden, Invalid
 from gateway.core.topics import MAX_PARTITIONS, TopicService
 
-from ..support import ON_TANSU, ROOT, Api, Secure, unique
+from ..support import ON_ROCKETMQ, ON_TANSU, ROOT, Api, Secure, create_topic, queue_of, queue_ref, unique
 
 #: the broker adapter itself: run on every broker (tests/conftest.py)
 pytestmark = pytest.mark.every_broker
@@ -84,7 +83,7 @@ def test_create_describe_list_and_produce_right_away(api: Api) -> None:
     body = r.json()
     assert (body["name"], body["internal"], body["partitionCount"]) == (topic, False, 3)
     assert body["replicationFactor"] == 1  # the test brokers' default
-    assert [p["partition"] for p in body["partitions"]] == [0, 1, 2]
+    assert [queue_of(p) for p in body["partitions"]] == [queue_ref(i) for i in range(3)]
     for p in body["partitions"]:
         assert (p["earliestOffset"], p["endOffset"]) == (0, 0)
         assert p["leader"] is not None and p["replicas"] == [p["leader"]] and p["inSync"] == [p["leader"]]
@@ -110,7 +109,7 @@ def test_internal_topics_are_listed_only_when_asked_for(api: Api, bootstrap: str
     tag = unique("it")
     retry, level, dead = f"mqgw.retry.{tag}", f"mqgw.delay.{tag}", f"mqgw.dead.{tag}"
     for name in (retry, level, dead):  # as the gateway makes them (it bypasses the API's refusal)
-        devstack.create_topic(bootstrap, name, 1)
+        create_topic(bootstrap, name, 1)
     default = _by_name(api.http.get(api.url("/admin/topics")).json())
     assert dead in default and default[dead]["internal"] is False
     assert retry not in default and level not in default
@@ -118,7 +117,9 @@ def test_internal_topics_are_listed_only_when_asked_for(api: Api, bootstrap: str
     every = _by_name(api.http.get(api.url("/admin/topics"), params={"internal": "true"}).json())
     assert every[retry]["internal"] is True and every[level]["internal"] is True
     assert all(every[t]["internal"] for t in every if t.startswith("__"))
-    if not ON_TANSU:  # Apache Kafka has its group offsets topic once any group was used
+    if ON_ROCKETMQ:  # the broker's template for new topics, one of RocketMQ's own
+        assert every["TBW102"]["internal"] is True and "TBW102" not in default
+    elif not ON_TANSU:  # Apache Kafka has its group offsets topic once any group was used
         assert "__consumer_offsets" in every
     # describe answers for an internal topic too, saying it is one
     assert api.http.get(api.url(f"/admin/topics/{retry}")).json()["internal"] is True
@@ -203,7 +204,7 @@ def test_cli_lists_describes_and_creates(api: Api) -> None:
     assert rc == 0, err
     assert (body["name"], body["partitionCount"]) == (name, 2)
     rc, body, _ = mqgw("describe", name)
-    assert rc == 0 and [p["partition"] for p in body["partitions"]] == [0, 1]
+    assert rc == 0 and [queue_of(p) for p in body["partitions"]] == [queue_ref(0), queue_ref(1)]
     rc, body, _ = mqgw("list", "--internal")
     assert rc == 0 and name in _by_name(body)
     rc, _, err = mqgw("create", name, "--partitions", "2")

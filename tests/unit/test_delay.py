@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.broker import OutgoingMessage
+from gateway.broker import CancelRefused, Capability, OutgoingMessage, ProduceResult
 from gateway.broker.memory import MemoryBroker
 from gateway.config import Settings
 from gateway.core.delay import DelayService
@@ -128,3 +128,90 @@ def test_plans_never_overshoot_and_leave_less_than_the_smallest_level() -> None:
     assert w.act_by(hop_due=1_000, due=1_050, slack_ms=20) == 1_050  # its topic next: at due
     assert w.act_by(hop_due=1_000, due=9_000, slack_ms=20) == 1_020  # another level: may wait
     assert w.act_by(hop_due=1_000, due=1_110, slack_ms=50) == 1_010  # never below the smallest
+
+
+# -- a broker with timers of its own (RocketMQ 5) ------------------------------------------------
+
+class TimerBroker(MemoryBroker):
+    """Holds records up to 10 s itself (as RocketMQ's timers do, to ``timerMaxDelaySec``): it
+    keeps what it was asked to hold, and answers cancels as the test says."""
+
+    capabilities = MemoryBroker.capabilities | {Capability.DELAYED_DELIVERY}
+    native_delay_max_ms = 10_000
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[OutgoingMessage] = []
+        self.cancelled: list[str] = []
+        self.refuse: CancelRefused | None = None
+
+    async def produce(self, topic: str, messages: list[OutgoingMessage],
+                      urgent: bool | None = None) -> list[ProduceResult]:
+        now = [m for m in messages if m.deliver_at is None]
+        out = iter(await super().produce(topic, now))
+        results = []
+        for m in messages:
+            if m.deliver_at is None:
+                results.append(next(out))
+            else:
+                self.held.append(m)
+                results.append(ProduceResult(cancel_handle=f"h{len(self.held)}"))
+        return results
+
+    async def cancel_delayed(self, topic: str, handle: str) -> None:
+        if self.refuse is not None:
+            raise self.refuse
+        self.cancelled.append(handle)
+
+
+@pytest.fixture
+def timers(store: OffsetStore) -> tuple[DelayService, TimerBroker]:
+    broker = TimerBroker()
+    broker.create(T, 2)
+    return DelayService(Settings(**{**BASE_SETTINGS, "delay_levels": LEVELS,
+                                    "delay_topic_prefix": "d."}), store, broker), broker
+
+
+async def test_delays_within_the_brokers_limit_are_the_brokers_and_longer_ones_the_wheels(
+        timers: tuple[DelayService, TimerBroker]) -> None:
+    delay, broker = timers
+    now = now_ms()
+    msgs = [OutgoingMessage(b"short"), OutgoingMessage(b"long")]
+    produced, delayed = await delay.produce(T, msgs, [now + 5_000, now + 25_000])
+    assert not produced.failed and sorted(delayed) == [0, 1]
+    assert [(m.value, m.deliver_at) for m in broker.held] == [(b"short", now + 5_000)]
+    assert [r.value for r in broker.logs["d.10000ms"]["0"].values()] + \
+        [r.value for r in broker.logs["d.10000ms"].get("1", {}).values()] == [b"long"]
+    assert delay.ids.parse(delayed[0].delay_id).handle == "h1"  # the broker's cancel handle
+    assert delay.ids.parse(delayed[1].delay_id).handle == ""  # the wheel's: a mark in Redis
+    assert delayed[0].deliver_at == now + 5_000  # the answer says when, either way
+
+
+async def test_a_cancel_of_a_record_the_broker_holds_goes_to_the_broker(
+        timers: tuple[DelayService, TimerBroker]) -> None:
+    delay, broker = timers
+    now = now_ms()
+    _, delayed = await delay.produce(T, [OutgoingMessage(b"a"), OutgoingMessage(b"b"),
+                                         OutgoingMessage(b"c")], [now + 9_000] * 3)
+    assert (await delay.cancel(delayed[0].delay_id)).deliver_at == now + 9_000
+    assert broker.cancelled == ["h1"]
+    broker.refuse = CancelRefused(True, "due already")
+    with pytest.raises(Conflict) as e:
+        await delay.cancel(delayed[1].delay_id)
+    assert e.value.code == "already_delivered"
+    broker.refuse = CancelRefused(False, "recall is off")
+    with pytest.raises(Conflict) as e:
+        await delay.cancel(delayed[2].delay_id)
+    assert e.value.code == "cancel_unsupported"
+
+
+async def test_a_cancel_within_the_cutoff_never_reaches_the_broker(
+        store: OffsetStore) -> None:
+    broker = TimerBroker()
+    broker.create(T, 1)
+    delay = DelayService(Settings(**{**BASE_SETTINGS, "delay_levels": LEVELS,
+                                     "delay_cancel_cutoff_ms": 60_000}), store, broker)
+    _, delayed = await delay.produce(T, [OutgoingMessage(b"a")], [now_ms() + 9_000])
+    with pytest.raises(Conflict) as e:
+        await delay.cancel(delayed[0].delay_id)
+    assert e.value.code == "already_delivered" and broker.cancelled == []

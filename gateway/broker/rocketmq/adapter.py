@@ -23,6 +23,7 @@ from ..base import (
 from .client import Client
 from .codes import Req
 from .groups import Groups
+from .message import TOPIC_MAX
 from .produce import Sender
 from .reads import pull
 from .timers import RecallRefused, TimerSettings, read_settings, recall
@@ -33,6 +34,7 @@ _BASE = frozenset({Capability.OUT_OF_RETENTION, Capability.OFFSET_CHECKPOINT, Ca
 
 class RocketMQBroker(Broker):
     capabilities = _BASE
+    max_topic_length = TOPIC_MAX
 
     def __init__(self, namesrv: str, *, reader_group: str = "mqgw_reader",
                  producer_group: str = "mqgw_producer", timeout_ms: int = 3000,

@@ -32,6 +32,8 @@ TAGS = "TAGS"
 UNIQ_KEY = "UNIQ_KEY"
 WAIT = "WAIT"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+#: Set by the broker on a record its timer delivered (the due time it had).
+TIMER_OUT_MS = "TIMER_OUT_MS"
 #: ``MessageConst.STRING_HASH_SET`` (5.x): the broker's and the Java client's own properties.
 #: They are not a record's headers, and a header may not take one of their names (the Java
 #: client refuses them as user properties, ``Message.putUserProperty``).
@@ -49,6 +51,11 @@ SYSTEM_PROPERTIES = frozenset({
 })
 #: Properties under this prefix are the broker's, never stored (``PROPERTY_TRANSIENT_PREFIX``).
 TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
+#: RocketMQ stores no empty body (the broker fails a send without one: a NullPointerException in
+#: ``buildMsgContext``, 5.5.0), while Kafka records may have a null or an empty value: such a
+#: record is stored with a one-byte body and this property, ``null`` or ``empty``.
+VALUE_MARK = "mqgw-value"
+PLACEHOLDER_BODY = b"\0"
 
 
 @dataclass(slots=True)
@@ -65,6 +72,15 @@ class StoredMessage:
     error: str | None = None
 
     @property
+    def value(self) -> bytes | None:
+        mark = self.properties.get(VALUE_MARK)
+        if mark == "null":
+            return None
+        if mark == "empty":
+            return b""
+        return self.body
+
+    @property
     def tag(self) -> str | None:
         return self.properties.get(TAGS)
 
@@ -76,7 +92,7 @@ class StoredMessage:
     @property
     def headers(self) -> list[tuple[str, bytes]]:
         return [(k, v.encode()) for k, v in self.properties.items()
-                if k not in SYSTEM_PROPERTIES and not k.startswith(TRANSIENT_PREFIX)]
+                if k not in SYSTEM_PROPERTIES and k != VALUE_MARK and not k.startswith(TRANSIENT_PREFIX)]
 
 
 class UndecodableBody(Exception):
@@ -163,7 +179,7 @@ def format_properties(props: dict[str, str]) -> str:
 
 def property_problem(name: str, value: str) -> str | None:
     """Why a header cannot be a RocketMQ user property (None: it can)."""
-    if name in SYSTEM_PROPERTIES or name.startswith(TRANSIENT_PREFIX):
+    if name in SYSTEM_PROPERTIES or name == VALUE_MARK or name.startswith(TRANSIENT_PREFIX):
         return f"header {name!r} is a RocketMQ system property name"
     if not name or not value:
         return "RocketMQ properties need a non-empty name and value"

@@ -26,17 +26,28 @@ from .codes import DEFAULT_TOPIC, Req, Resp
 from .message import (
     KEYS,
     NAME_VALUE_SEP,
+    PLACEHOLDER_BODY,
     PROPERTY_SEP,
     TAGS,
     TIMER_DELIVER_MS,
     UNIQ_KEY,
+    VALUE_MARK,
     WAIT,
     format_properties,
     new_unique_key,
     property_problem,
     to_broker_name,
 )
+from .remoting import Command
 
+#: A send the broker refused as busy (its send queue waited longer than
+#: ``waitTimeMillsInSendQueue``, 200 ms by default: "[TIMEOUT_CLEAN_QUEUE]broker busy", seen
+#: with ~130 timer sends at once on a loaded 2-core machine) was never stored, so it is sent
+#: again after these pauses before the record is failed.
+BUSY_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+#: Sends in flight per process at most: a burst of single sends (timer records travel alone)
+#: beyond this waits here rather than in the broker's queue, where it would be refused.
+IN_FLIGHT = 64
 #: A batch request's body at most (the broker's ``maxMessageSize`` is 4 MiB by default).
 BATCH_BYTES = 1 << 20
 _BATCH_HEAD = struct.Struct(">iiiii")  # size, magic 0, crc 0, flag, body length
@@ -71,6 +82,8 @@ def properties(m: OutgoingMessage) -> dict[str, str]:
         if NAME_VALUE_SEP in m.tag or PROPERTY_SEP in m.tag or "|" in m.tag:
             raise InvalidRecord("tags may not contain '|', \\x01 or \\x02")
         props[TAGS] = m.tag
+    if not m.value:
+        props[VALUE_MARK] = "null" if m.value is None else "empty"
     props[UNIQ_KEY] = new_unique_key()
     props[WAIT] = "true"
     if m.deliver_at is not None:
@@ -83,6 +96,19 @@ class Sender:
         self._client = client
         self._group = producer_group
         self._spread = itertools.count()
+        self._in_flight: asyncio.Semaphore | None = None
+
+    async def _call(self, addr: str, code: int, ext: dict[str, str], body: bytes) -> Command:
+        """One send, again while the broker says it is busy (nothing was stored then)."""
+        if self._in_flight is None:
+            self._in_flight = asyncio.Semaphore(IN_FLIGHT)
+        for pause in (*BUSY_PAUSES_S, None):
+            async with self._in_flight:
+                resp = await self._client.call(addr, code, ext, body)
+            if resp.code not in (Resp.SYSTEM_BUSY, Resp.FLOW_CONTROL) or pause is None:
+                return resp
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable")
 
     async def produce(self, topic: str, messages: list[OutgoingMessage]) -> list[ProduceResult]:
         route = await self._client.route(topic)
@@ -138,8 +164,8 @@ class Sender:
                         props: dict[str, str], results: list[ProduceResult], i: int) -> None:
         born = m.timestamp if m.timestamp is not None else int(time.time() * 1000)
         try:
-            resp = await self._client.call(addr, Req.SEND_MESSAGE_V2, self._header(
-                topic, slot, format_properties(props), born, False), m.value or b"")
+            resp = await self._call(addr, Req.SEND_MESSAGE_V2, self._header(
+                topic, slot, format_properties(props), born, False), m.value or PLACEHOLDER_BODY)
         except BrokerUnavailable as e:
             results[i] = ProduceResult(error_code=ProduceError.BROKER_TIMEOUT, error=str(e))
             return
@@ -149,10 +175,10 @@ class Sender:
                           items: list[tuple[int, OutgoingMessage, dict[str, str]]],
                           results: list[ProduceResult]) -> None:
         born = items[0][1].timestamp
-        body = b"".join(_encode(m.value or b"", props) for _, m, props in items)
+        body = b"".join(_encode(m.value or PLACEHOLDER_BODY, props) for _, m, props in items)
         head = format_properties({UNIQ_KEY: new_unique_key(), WAIT: "true"})
         try:
-            resp = await self._client.call(addr, Req.SEND_BATCH_MESSAGE, self._header(
+            resp = await self._call(addr, Req.SEND_BATCH_MESSAGE, self._header(
                 topic, slot, head, born if born is not None else int(time.time() * 1000), True), body)
         except BrokerUnavailable as e:
             for i, _, _ in items:

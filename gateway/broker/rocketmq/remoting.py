@@ -85,7 +85,7 @@ def _decode_binary(h: bytes, body: bytes) -> Command:
     opaque, i32 flag, i32 length + remark, i32 length + ext map of (u16 length + key, i32 length
     + value)."""
     code, _lang, version, opaque, flag, rlen = struct.unpack_from(">hBhiii", h, 0)
-    pos = 15
+    pos = 17  # 2 + 1 + 2 + 4 + 4 + 4 (the remark's length)
     remark = h[pos:pos + rlen].decode() if rlen > 0 else None
     pos += max(rlen, 0)
     (elen,) = struct.unpack_from(">i", h, pos)
