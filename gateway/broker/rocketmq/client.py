@@ -79,6 +79,8 @@ class Client:
         self._conns: dict[str, Connection] = {}
         self._ns_index = 0
         self._routes: dict[str, tuple[float, Route]] = {}
+        #: The brokers each topic was last seen on (kept when the route cache is dropped).
+        self._seen_on: dict[str, frozenset[str]] = {}
 
     def _conn(self, addr: str) -> Connection:
         c = self._conns.get(addr)
@@ -123,7 +125,7 @@ class Client:
                                        {"topic": to_broker_name(topic), "acceptStandardJsonOnly": "true"})
         if resp.code == Resp.TOPIC_NOT_EXIST:
             self._routes.pop(topic, None)
-            raise UnknownTopic(topic)
+            await self._raise_unknown(topic)
         check(resp, f"route of {topic}")
         data = loads_lenient(resp.body)
         addrs = {b["brokerName"]: {str(k): v for k, v in (b.get("brokerAddrs") or {}).items()}
@@ -141,7 +143,21 @@ class Client:
             self._routes.pop(topic, None)
             raise UnknownTopic(topic)
         self._routes[topic] = (time.monotonic(), route)
+        self._seen_on[topic] = frozenset(s.broker for s in route.slots)
         return route
+
+    async def _raise_unknown(self, topic: str) -> None:
+        """The name servers know no route: the topic does not exist, or the brokers holding it
+        are gone (a name server drops a broker's routes the moment its connection closes:
+        measured, a SIGKILLed broker's topics answered 17 at once). The second is a broker
+        outage (503), not a missing topic (404)."""
+        live = set(await self.masters())
+        gone = self._seen_on.get(topic, frozenset()) - live
+        if not live or gone:
+            raise BrokerUnavailable(f"the RocketMQ broker(s) {', '.join(sorted(gone)) or 'of the cluster'} "
+                                    f"holding {topic} are not registered with the name servers")
+        self._seen_on.pop(topic, None)
+        raise UnknownTopic(topic)
 
     def forget(self, topic: str) -> None:
         self._routes.pop(topic, None)
@@ -163,6 +179,10 @@ class Client:
         data = loads_lenient(resp.body)
         return {name: {str(k): v for k, v in (b.get("brokerAddrs") or {}).items()}
                 for name, b in (data.get("brokerAddrTable") or {}).items()}
+
+    async def cluster_names(self) -> set[str]:
+        resp = check(await self.namesrv_call(Req.GET_BROKER_CLUSTER_INFO), "cluster info")
+        return set(loads_lenient(resp.body).get("clusterAddrTable") or {})
 
     async def masters(self) -> dict[str, str]:
         return {name: a[MASTER_ID] for name, a in (await self.cluster()).items() if MASTER_ID in a}

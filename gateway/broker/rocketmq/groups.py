@@ -17,8 +17,11 @@ import orjson
 
 from ..base import BrokerUnavailable
 from .client import Client, check
-from .codes import Req, Resp
+from .codes import DEFAULT_TOPIC, Req, Resp
 from .message import group_name, to_broker_name
+
+#: ``MixAll.RETRY_GROUP_TOPIC_PREFIX``
+RETRY_PREFIX = "%RETRY%"
 
 
 class Groups:
@@ -34,6 +37,14 @@ class Groups:
                              "consumeBroadcastEnable": True, "retryMaxTimes": 16})
         resp = await self._client.call(addr, Req.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
         check(resp, f"create consumer group {group}")
+        # The group's retry topic, as a Java consumer's registration makes it: `mqadmin
+        # consumerProgress -g <group>` finds a group's topics through it (without it: code 17,
+        # "No topic route info ... %RETRY%<group>").
+        resp = await self._client.call(addr, Req.UPDATE_AND_CREATE_TOPIC, {
+            "topic": RETRY_PREFIX + group, "defaultTopic": DEFAULT_TOPIC, "readQueueNums": "1",
+            "writeQueueNums": "1", "perm": "6", "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": "0", "order": "false"})
+        check(resp, f"create the retry topic of {group}")
         self._made.add((addr, group))
 
     async def save(self, group: str, topic: str, offsets: dict[str, int]) -> None:
@@ -76,4 +87,8 @@ class Groups:
                 raise BrokerUnavailable(f"delete consumer group {g}: RocketMQ answered "
                                         f"{resp.code} {resp.remark or ''}")
             self._made.discard((addr, g))
+            # and its retry topic (made with the group), on the broker and the name servers
+            await self._client.call(addr, Req.DELETE_TOPIC_IN_BROKER, {"topic": RETRY_PREFIX + g})
+        if masters:
+            await self._client.namesrv_call(Req.DELETE_TOPIC_IN_NAMESRV, {"topic": RETRY_PREFIX + g})
 

@@ -32,8 +32,8 @@ TAGS = "TAGS"
 UNIQ_KEY = "UNIQ_KEY"
 WAIT = "WAIT"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-#: Set by the broker on a record its timer delivered (the due time it had).
-TIMER_OUT_MS = "TIMER_OUT_MS"
+#: Set by the broker on a record its timer delivered: when the timer let it go.
+TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 #: ``MessageConst.STRING_HASH_SET`` (5.x): the broker's and the Java client's own properties.
 #: They are not a record's headers, and a header may not take one of their names (the Java
 #: client refuses them as user properties, ``Message.putUserProperty``).

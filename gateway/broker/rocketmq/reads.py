@@ -14,7 +14,7 @@ from ..base import FetchResult, Record, Skipped, SkipReason
 from .client import Client, check
 from .codes import PULL_SUBSCRIPTION, Req, Resp
 from .groups import Groups
-from .message import TAGS, TIMER_OUT_MS, StoredMessage, decode_messages, to_broker_name
+from .message import TAGS, TIMER_DEQUEUE_MS, StoredMessage, decode_messages, to_broker_name
 
 #: Records the broker gives per pull (its default ``maxTransferCountOnMessageInMemory``).
 PULL_MAX = 32
@@ -96,7 +96,9 @@ def _record(m: StoredMessage) -> Record:
     headers = m.headers
     if m.error:
         headers.append((H_UNDECODABLE, m.error.encode()))
-    # A record a timer held: its time is when the broker delivered it (as the gateway's wheel
-    # writes a delayed record at its due time), not when it was sent to the timer.
-    ts = m.store_timestamp if TIMER_OUT_MS in m.properties else m.born_timestamp
+    # A record a timer held: its time is when the timer delivered it (as the gateway's wheel
+    # writes a delayed record at its due time), not when it was sent. Its store time is no help:
+    # the delivered copy keeps the first one's (measured: up to a delay before the due time).
+    dequeued = m.properties.get(TIMER_DEQUEUE_MS, "")
+    ts = int(dequeued) if dequeued.isdigit() else m.born_timestamp
     return Record(m.queue_offset, m.key, m.value, headers, ts, m.tag)

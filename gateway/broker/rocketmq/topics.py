@@ -93,8 +93,10 @@ class Topics:
 
     async def describe(self, names: list[str] | None) -> list[TopicInfo]:
         known = await self._client.topic_names() if names is None else names
-        cluster = await self._client.cluster()
-        own = set(cluster)  # the broker names: each broker registers a topic named after itself
+        # Each broker registers topics named after itself and its cluster (and the cluster's
+        # reply topic): the broker's own, like SYSTEM_TOPICS.
+        clusters = await self._client.cluster_names()
+        own = set(await self._client.cluster()) | clusters | {f"{c}_REPLY_TOPIC" for c in clusters}
         out = await asyncio.gather(*(self._describe_one(t, names is not None, own) for t in known))
         return [t for t in out if t is not None]
 
