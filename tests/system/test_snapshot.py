@@ -27,7 +27,10 @@ from gateway.cli import devstack
 from gateway.core.snapshot_format import SCHEMA
 from gateway.ops import snapshot as snap
 
-from ..support import ROOT, Api, Monitor, start_node, unique
+from ..support import ROOT, TEST_BROKER, Api, Monitor, queue_id, queue_index, start_node, unique
+
+#: The broker column of the snapshot rows: the adapter's name (Tansu is the kafka adapter)
+BROKER_NAME = "rocketmq" if TEST_BROKER == "rocketmq" else "kafka"
 
 UTC = dt.UTC
 
@@ -56,7 +59,7 @@ def check_place(path: Path, out: Path, ts: int) -> None:
 
 def rows_of(table: pa.Table, consumers: set[str]) -> list[dict[str, Any]]:
     rows = [r for r in table.to_pylist() if r["consumer"] in consumers]
-    return sorted(rows, key=lambda r: (r["consumer"], r["client_id"], r["topic"], int(r["queue"])))
+    return sorted(rows, key=lambda r: (r["consumer"], r["client_id"], r["topic"], queue_index(r["queue"])))
 
 
 def hgetall(r: redis.Redis, key: str) -> dict[str, str]:
@@ -80,9 +83,11 @@ class Between:
         return f"Between({self.lo:.3f}, {self.hi:.3f})"
 
 
+@pytest.mark.rocketmq  # also in the RocketMQ pass (issue 22): pause, broadcast, rate limit, snapshot
 def test_snapshot_of_real_consumers_has_exact_rows(api: Api, make_topic, redis_url: str,
                                                    rds: redis.Redis, tmp_path: Path) -> None:
     topic = make_topic(3)
+    q0, q1, q2 = (queue_id(i) for i in range(3))
     for q, n in ((0, 5), (1, 3)):  # one request per record: the bundled broker lists a batch of
         for i in range(n):         # several records as one offset (ListOffsets), which would
             api.produce(topic, [f"{q}-{i}"], partition=q)  # make the watermarks unknowable here
@@ -99,22 +104,22 @@ def test_snapshot_of_real_consumers_has_exact_rows(api: Api, make_topic, redis_u
     # cluster mode: queue 0 consumed and acked, queue 1 locked and held, queue 2 empty
     api.config(plain, start="earliest")
     b = fetch(plain, 10)
-    assert (b["queue"], len(b["messages"])) == ("0", 5)
+    assert (b["queue"], len(b["messages"])) == (q0, 5)
     ack(b)
     held = fetch(plain, 10)
-    assert (held["queue"], len(held["messages"])) == ("1", 3)
+    assert (held["queue"], len(held["messages"])) == (q1, 3)
     # a registered broadcast consumer with its own consume timeout; clientId c1 read 2 of queue 0
     r = api.http.put(api.url(f"/admin/consumers/{bcast}"), json={
         "topics": [topic], "mode": "broadcast", "start": "earliest", "consumeTimeoutMs": 45_000})
     assert r.status_code in (200, 201), r.text
     b = fetch(bcast, 2, clientId="c1")
-    assert (b["queue"], b["nextOffset"]) == ("0", 2)
+    assert (b["queue"], b["nextOffset"]) == (q0, 2)
     ack(b)
     # paused after reading one record
     api.config(paused, start="earliest")
     pb = fetch(paused, 1)  # queue 0 (the larger backlog), unless its read came back empty: on a
     ack(pb)                # loaded machine a first read of Apache Kafka can, and the next is taken
-    paused_com = {q: int(q == pb["queue"]) for q in "012"}
+    paused_com = {q: int(q == pb["queue"]) for q in (q0, q1, q2)}
     api.config(paused, paused=True)
     assert api.message(consumer=paused, topic=topic).json()["status"] == "paused"
     # rate limited to 5/s: the burst (5) is spent on queue 0
@@ -125,11 +130,11 @@ def test_snapshot_of_real_consumers_has_exact_rows(api: Api, make_topic, redis_u
     bucket = hgetall(rds, f"mqgw:{{{limited}}}:rl")  # nothing changes it before the snapshot
     assert float(bucket["tokens"]) == 0
     wm = hgetall(rds, f"mqgw:{{wm:{topic}}}")
-    assert [(wm[f"{q}:lo"], wm[f"{q}:hi"]) for q in "012"] == [("0", "5"), ("0", "3"), ("0", "0")]
+    assert [(wm[f"{q}:lo"], wm[f"{q}:hi"]) for q in (q0, q1, q2)] == [("0", "5"), ("0", "3"), ("0", "0")]
 
     out = tmp_path / "snaps"
     before = int(time.time() * 1000)
-    summary = run_once(redis_url, out)
+    summary = run_once(redis_url, out, MQGW_BROKER=BROKER_NAME)  # configured as the nodes are
     after = int(time.time() * 1000)
     path = Path(summary["path"])
     table = pq.read_table(path)
@@ -149,7 +154,7 @@ def test_snapshot_of_real_consumers_has_exact_rows(api: Api, make_topic, redis_u
         h = hgetall(rds, f"mqgw:{{{group}}}:q" + (f":{client}" if client else ""))
         lock, acc = int(h.get(f"{topic}:{q}:lock", 0)), int(h.get(f"{topic}:{q}:acc", 0))
         row = {"ts": dt.datetime.fromtimestamp(ts / 1000, UTC), "consumer": group, "client_id": client,
-               "mode": "broadcast" if client else "cluster", "broker": "kafka", "topic": topic,
+               "mode": "broadcast" if client else "cluster", "broker": BROKER_NAME, "topic": topic,
                "queue": q, "max_offset": mx, "committed_offset": com, "low_watermark": 0,
                "high_watermark": int(wm[f"{q}:hi"]), "lock_age_ms": ts - lock if lock else None,
                "lock_timeout_ms": 60_000, "last_access_ms": acc or None, "paused": False,
@@ -167,22 +172,22 @@ def test_snapshot_of_real_consumers_has_exact_rows(api: Api, make_topic, redis_u
     rate = {"rate_limit": 5.0, "rate_tokens": Between(refilled(before) - 0.01, refilled(after) + 0.01)}
     b_kw = {"lock_timeout_ms": 45_000, "registered": True}
     want = [
-        expect(bcast, "c1", "0", 5, 2, **b_kw), expect(bcast, "c1", "1", 3, 0, **b_kw),
-        expect(bcast, "c1", "2", 0, 0, **b_kw),
-        expect(plain, "", "0", 5, 5), expect(plain, "", "1", 3, 0), expect(plain, "", "2", 0, 0),
-        expect(paused, "", "0", 5, paused_com["0"], paused=True),
-        expect(paused, "", "1", 3, paused_com["1"], paused=True),
-        expect(paused, "", "2", 0, 0, paused=True),
-        expect(limited, "", "0", 5, 5, **rate), expect(limited, "", "1", 3, 0, **rate),
-        expect(limited, "", "2", 0, 0, **rate),
+        expect(bcast, "c1", q0, 5, 2, **b_kw), expect(bcast, "c1", q1, 3, 0, **b_kw),
+        expect(bcast, "c1", q2, 0, 0, **b_kw),
+        expect(plain, "", q0, 5, 5), expect(plain, "", q1, 3, 0), expect(plain, "", q2, 0, 0),
+        expect(paused, "", q0, 5, paused_com[q0], paused=True),
+        expect(paused, "", q1, 3, paused_com[q1], paused=True),
+        expect(paused, "", q2, 0, 0, paused=True),
+        expect(limited, "", q0, 5, 5, **rate), expect(limited, "", q1, 3, 0, **rate),
+        expect(limited, "", q2, 0, 0, **rate),
     ]
     got = rows_of(table, {plain, bcast, paused, limited})
-    assert got == sorted(want, key=lambda r: (r["consumer"], r["client_id"], int(r["queue"])))
+    assert got == sorted(want, key=lambda r: (r["consumer"], r["client_id"], queue_index(r["queue"])))
     # what the test knows without Redis: one held lock, acks leave no lock, untouched queues no access
-    held_row = next(r for r in got if r["consumer"] == plain and r["queue"] == "1")
+    held_row = next(r for r in got if r["consumer"] == plain and r["queue"] == q1)
     assert 0 <= held_row["lock_age_ms"] < 60_000
     assert [r["lock_age_ms"] is None for r in got].count(False) == 1
-    assert all((r["last_access_ms"] is None) == (r["queue"] != "0") for r in got if r["consumer"] != plain)
+    assert all((r["last_access_ms"] is None) == (r["queue"] != q0) for r in got if r["consumer"] != plain)
     assert all(before - 60_000 < r["last_access_ms"] <= ts for r in got if r["last_access_ms"])
     # every consumer key polled (the paused one too): one poll time per key, on all its rows
     assert all(before - 60_000 < r["last_poll_ms"] <= ts for r in got)
