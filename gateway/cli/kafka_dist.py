@@ -12,7 +12,6 @@ a cached start takes a few seconds; the broker's RSS is about 330 MB with ``-Xmx
 from __future__ import annotations
 
 import base64
-import fcntl
 import os
 import shutil
 import signal
@@ -23,6 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import maven
 from .devstack import Service, free_port, spawn, wait_port
 
 #: The Apache Kafka release (Kafka 4 brokers need Java 17, which the machines have).
@@ -79,48 +79,18 @@ log.cleaner.backoff.ms=1000
 
 def dist_dir() -> Path:
     """Where the jars are kept: ``MQGW_KAFKA_DIST``, else ``~/.cache/mqgw/kafka-<version>``."""
-    given = os.environ.get("MQGW_KAFKA_DIST")
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mqgw"
-    return Path(given) if given else base / f"kafka-{VERSION}-{DIST_REVISION}"
+    return maven.cache_dir("MQGW_KAFKA_DIST", f"kafka-{VERSION}-{DIST_REVISION}")
 
 
 def is_resolved() -> bool:
-    return (dist_dir() / ".complete").exists()
+    return maven.is_resolved(dist_dir())
 
 
 def resolve(timeout: float = 900.0) -> Path:
-    """The directory of the broker's jars, resolving them with Maven the first time.
-
-    Several processes may ask at once (parallel tests, two ``make run``): one resolves under a
-    lock, into a temporary directory renamed into place, so nobody sees half a directory."""
-    target = dist_dir()
-    if (target / ".complete").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / ".complete").exists():
-            return target
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise RuntimeError("Apache Kafka is started from its Maven Central jars: install Maven "
-                               "(Debian: apt-get install maven) and Java 17")
-        work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        try:
-            bg, ba, bv = SLF4J_BINDING.split(":")
-            (work / "pom.xml").write_text(_POM.format(version=VERSION, bg=bg, ba=ba, bv=bv))
-            out = subprocess.run([mvn, "-q", "-B", "dependency:copy-dependencies",
-                                  f"-DoutputDirectory={work / 'libs'}", "-DincludeScope=runtime"],
-                                 cwd=work, capture_output=True, text=True, timeout=timeout)
-            if out.returncode != 0:
-                raise RuntimeError(f"mvn could not resolve Apache Kafka {VERSION}:\n"
-                                   f"{(out.stdout + out.stderr)[-3000:]}")
-            shutil.rmtree(target, ignore_errors=True)
-            (work / "libs").rename(target)
-            (target / ".complete").write_text(VERSION)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return target
+    """The directory of the broker's jars, resolving them with Maven the first time."""
+    bg, ba, bv = SLF4J_BINDING.split(":")
+    return maven.resolve(dist_dir(), _POM.format(version=VERSION, bg=bg, ba=ba, bv=bv),
+                         f"Apache Kafka {VERSION}", "Java 17", timeout)
 
 
 def java() -> str:

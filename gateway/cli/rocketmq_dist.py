@@ -22,7 +22,6 @@ is a temporary one (and survives a SIGKILL anyway, ASYNC_FLUSH: the page cache o
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -37,7 +36,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ..broker.rocketmq.codes import Req
 from ..broker.rocketmq.remoting import RemotingError, call_sync, loads_lenient
+from . import maven
 from .devstack import Service, free_port, spawn
 
 #: The Apache RocketMQ release (5.5.1: only the broker is on Maven Central).
@@ -92,57 +93,30 @@ BROKER_DEFAULTS: dict[str, str] = {
 }
 
 # Request codes of the remoting protocol used here (RequestCode.java).
-GET_BROKER_CONFIG = 26
-GET_BROKER_CLUSTER_INFO = 106
 
 
 def dist_dir() -> Path:
     """Where the jars are kept: ``MQGW_ROCKETMQ_DIST``, else ``~/.cache/mqgw/rocketmq-<version>``."""
-    given = os.environ.get("MQGW_ROCKETMQ_DIST")
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mqgw"
-    return Path(given) if given else base / f"rocketmq-{VERSION}-{DIST_REVISION}"
+    return maven.cache_dir("MQGW_ROCKETMQ_DIST", f"rocketmq-{VERSION}-{DIST_REVISION}")
 
 
 def is_resolved() -> bool:
-    return (dist_dir() / ".complete").exists()
+    return maven.is_resolved(dist_dir())
 
 
 def resolve(timeout: float = 900.0) -> Path:
-    """The directory of the jars (and of ``mqgw-ha/``), resolving and compiling the first time.
-
-    Several processes may ask at once (parallel tests, two ``make run``): one resolves under a
-    lock, into a temporary directory renamed into place, so nobody sees half a directory."""
-    target = dist_dir()
-    if (target / ".complete").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / ".complete").exists():
-            return target
-        mvn, javac = shutil.which("mvn"), shutil.which("javac")
-        if mvn is None or javac is None:
-            raise RuntimeError("Apache RocketMQ is started from its Maven Central jars: install Maven "
-                               "and a Java 17 JDK (Debian: apt-get install maven openjdk-17-jdk-headless)")
-        work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        try:
-            deps = "\n".join(f"    <dependency><groupId>org.apache.rocketmq</groupId><artifactId>{a}"
-                             f"</artifactId><version>{VERSION}</version></dependency>" for a in _ARTIFACTS)
-            (work / "pom.xml").write_text(_POM.format(deps=deps))
-            libs = work / "libs"
-            out = subprocess.run([mvn, "-q", "-B", "dependency:copy-dependencies",
-                                  f"-DoutputDirectory={libs}", "-DincludeScope=runtime"],
-                                 cwd=work, capture_output=True, text=True, timeout=timeout)
-            if out.returncode != 0:
-                raise RuntimeError(f"mvn could not resolve Apache RocketMQ {VERSION}:\n"
-                                   f"{(out.stdout + out.stderr)[-3000:]}")
-            _build_ha_service(javac, libs, work)
-            shutil.rmtree(target, ignore_errors=True)
-            libs.rename(target)
-            (target / ".complete").write_text(VERSION)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return target
+    """The directory of the jars (and of ``mqgw-ha/``), resolving and compiling the first time."""
+    if is_resolved():
+        return dist_dir()
+    javac = shutil.which("javac")
+    if javac is None:
+        raise RuntimeError("Apache RocketMQ's loopback HA service is compiled at first start: "
+                           "install a Java 17 JDK (Debian: apt-get install openjdk-17-jdk-headless)")
+    deps = "\n".join(f"    <dependency><groupId>org.apache.rocketmq</groupId><artifactId>{a}"
+                     f"</artifactId><version>{VERSION}</version></dependency>" for a in _ARTIFACTS)
+    return maven.resolve(dist_dir(), _POM.format(deps=deps), f"Apache RocketMQ {VERSION}",
+                         "a Java 17 JDK (Debian: apt-get install maven openjdk-17-jdk-headless)",
+                         timeout, then=lambda libs, work: _build_ha_service(javac, libs, work))
 
 
 def _build_ha_service(javac: str, libs: Path, work: Path) -> None:
@@ -272,7 +246,7 @@ class RocketMQ(Service):
                 if listed != self.broker_addr:
                     last = f"the name server lists {BROKER_NAME} at {listed}"
                 else:
-                    reply = call_sync(self.broker_addr, GET_BROKER_CONFIG, timeout=2.0)
+                    reply = call_sync(self.broker_addr, Req.GET_BROKER_CONFIG, timeout=2.0)
                     port = re.search(rb"^listenPort=(\d+)$", reply.body, re.M)
                     if reply.code == 0 and port and int(port[1]) == self.broker_port:
                         return
@@ -330,7 +304,7 @@ def start_rocketmq(heap: str = "512m", timeout: float = 120.0, **broker_settings
 
 def broker_addrs(namesrv: str, timeout: float = 2.0) -> dict[str, dict[int, str]]:
     """brokerName -> {brokerId: "ip:port"} as the name server lists them (GET_BROKER_CLUSTER_INFO)."""
-    reply = call_sync(namesrv, GET_BROKER_CLUSTER_INFO, timeout=timeout)
+    reply = call_sync(namesrv, Req.GET_BROKER_CLUSTER_INFO, timeout=timeout)
     if reply.code != 0:
         raise ValueError(f"GET_BROKER_CLUSTER_INFO answered {reply.code}: {reply.remark}")
     info = loads_lenient(reply.body)  # fastjson writes the brokerAddrs keys bare: {0:"ip:port"}
