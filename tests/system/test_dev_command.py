@@ -28,11 +28,13 @@ BROKER = os.environ.get("MQGW_TEST_BROKER", "tansu")
 
 
 @pytest.mark.slow  # the whole `make run` stack: Redis, broker, gateway, snapshots
-@pytest.mark.timeout(90)
+@pytest.mark.rocketmq  # `mqgw dev --broker rocketmq` in the RocketMQ pass
+@pytest.mark.timeout(180)
 def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
     port = devstack.free_port()
     env = {k: v for k, v in os.environ.items()
-           if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP", "MQGW_REDIS_URL", "MQGW_KAFKA_BOOTSTRAP")}
+           if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP", "MQGW_REDIS_URL", "MQGW_KAFKA_BOOTSTRAP",
+                        "ROCKETMQ_NAMESRV", "MQGW_ROCKETMQ_NAMESRV")}
     env["MQGW_SNAPSHOT_DIR"] = str(tmp_path / "snapshots")
     # an earlier run's snapshot: its Redis and broker are gone, so it must not join this run's
     stale = tmp_path / "snapshots" / "date=2020-01-01" / "hour=00" / "snap-0.parquet"
@@ -47,14 +49,16 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 150  # RocketMQ's two JVMs: up to ~60 s under load
         while "Ctrl-C stops" not in log.read_text() and time.monotonic() < deadline:
             assert proc.poll() is None, log.read_text()
             time.sleep(0.1)
         text = log.read_text()
         redis_port = int(re.search(r"redis://127\.0\.0\.1:(\d+)", text).group(1))
-        broker_port = int(re.search(r"broker \((?:Tansu|Apache Kafka [0-9.]+)\)\s+127\.0\.0\.1:(\d+)",
-                                    text).group(1))
+        broker_ports = [int(p) for p in re.findall(
+            r"(?:broker \((?:Tansu|Apache Kafka [0-9.]+)\)|name server \(Apache RocketMQ [0-9.]+\)"
+            r"|started broker)\s+127\.0\.0\.1:(\d+)", text)]
+        assert len(broker_ports) == (2 if BROKER == "rocketmq" else 1), text
         base = f"http://127.0.0.1:{port}"
         assert f"curl -s -XPOST {base}/produce" in text
         r = httpx.post(base + "/produce", json={"topic": "demo", "messages": [{"value": "hi"}]})
@@ -85,7 +89,7 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
         assert '"start": "earliest"' in p.stdout or '"start":"earliest"' in p.stdout, p.stdout
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
         assert proc.wait(30) == 0
-        for p in (port, redis_port, broker_port):
+        for p in (port, redis_port, *broker_ports):
             assert not listening(p), f"port {p} still open after Ctrl-C"
         left = subprocess.run(["pgrep", "-f", str(snaps)], capture_output=True, text=True).stdout
         assert not left.strip(), f"snapshot process still running: {left}"
