@@ -3,14 +3,12 @@ records as the broker's ``MessageDecoder`` writes them, properties, and the reco
 
 from __future__ import annotations
 
-import struct
 import zlib
 
 import pytest
 
 from gateway.broker import OutgoingMessage
 from gateway.broker.rocketmq.message import (
-    MAGIC_V1,
     VALUE_MARK,
     decode_messages,
     format_properties,
@@ -22,18 +20,7 @@ from gateway.broker.rocketmq.message import (
 )
 from gateway.broker.rocketmq.produce import InvalidRecord, properties
 
-
-def stored(offset: int, body: bytes, props: dict[str, str], topic: str = "t", sys_flag: int = 0,
-           born: int = 1000, store: int = 2000) -> bytes:
-    """One record as the commit log holds it (``MessageDecoder.decode``, V1, IPv4 hosts)."""
-    p = format_properties(props).encode()
-    t = topic.encode()
-    rest = (struct.pack(">iiiqqiq", 0, 3, 0, offset, 12345, sys_flag, born)
-            + bytes([127, 0, 0, 1]) + struct.pack(">i", 1) + struct.pack(">q", store)
-            + bytes([127, 0, 0, 1]) + struct.pack(">i", 2) + struct.pack(">iq", 0, 0)
-            + struct.pack(">i", len(body)) + body + bytes([len(t)]) + t
-            + struct.pack(">h", len(p)) + p)
-    return struct.pack(">ii", 8 + len(rest), MAGIC_V1) + rest
+from ..support.rocketmq_records import stored
 
 
 def test_stored_records_decode_with_their_properties() -> None:

@@ -20,10 +20,10 @@ from ..base import (
     ProduceResult,
     TopicInfo,
 )
-from .client import Client
+from .client import Client, check
 from .codes import Req
 from .groups import Groups
-from .message import TOPIC_MAX
+from .message import TOPIC_MAX, to_broker_name
 from .produce import Sender
 from .reads import pull
 from .timers import RecallRefused, TimerSettings, read_settings, recall
@@ -78,9 +78,6 @@ class RocketMQBroker(Broker):
     async def offset_for_time(self, topic: str, queue: str, timestamp_ms: int) -> int:
         """The first offset stored at or after the time (RocketMQ searches store times, which
         the broker sets; Kafka's CreateTime is the producer's): the high watermark if none."""
-        from .client import check
-        from .message import to_broker_name
-
         addr, qid = await self._client.master_of(topic, queue)
         resp = check(await self._client.call(addr, Req.SEARCH_OFFSET_BY_TIMESTAMP, {
             "topic": to_broker_name(topic), "queueId": str(qid), "timestamp": str(timestamp_ms)}),
