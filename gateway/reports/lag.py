@@ -431,6 +431,9 @@ def queue_lag_series(rows: DataFrame, keys: DataFrame, start_ms: int, bucket_ms:
 
 
 def queue_order() -> list[Column]:
-    """Queues sort by consumer, clientId, broker, topic, then partition number."""
+    """Queues sort by consumer, clientId, broker, topic, then queue number (Kafka's partition
+    number; RocketMQ's ``<broker>.<n>`` by its broker name, then n)."""
     return [F.col("consumer"), F.col("client_id"), F.col("broker"), F.col("topic"),
-            F.expr("try_cast(queue AS BIGINT)").asc_nulls_last(), F.col("queue")]
+            F.expr("if(instr(queue, '.') > 0, substring_index(queue, '.', 1), '')"),
+            F.expr("try_cast(substring_index(queue, '.', -1) AS BIGINT)").asc_nulls_last(),
+            F.col("queue")]
