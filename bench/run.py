@@ -1,8 +1,12 @@
-"""mq-gateway benchmark: for each broker (Tansu, then Apache Kafka; --broker) one run starts
-redis-server, the broker and the gateway
+"""mq-gateway benchmark: for each broker (--broker: Apache Kafka, then Apache RocketMQ by default)
+one run starts redis-server, the broker and the gateway
 (2 uvicorn workers, the same command line as ``mqgw serve``), measures, and stops them all.
 
     .venv/bin/python bench/run.py            # or: make bench  (BENCH_ARGS="--duration 5")
+
+--broker takes a comma-separated list of kafka, rocketmq and tansu (Tansu: the in-memory stand-in
+of the tests), measured in that order in one run; ``both`` is tansu,kafka (the default until
+issue 22), ``all`` is tansu,kafka,rocketmq.
 
 Phases (each measured for --duration seconds after --warmup seconds):
   noop     GET /healthz, 16 connections: the HTTP stack alone (server, app, middleware), the
@@ -10,7 +14,10 @@ Phases (each measured for --duration seconds after --warmup seconds):
   noopredis  GET /noop-redis on bench/noopredis.py: the same server stack plus one Redis script
            call per request ("vs noop+redis": what a request that must touch Redis can reach)
   raw      confluent-kafka produce (100 B values, the gateway's producer settings) and
-           consume (assign at offset 0, fetch.queue.backoff.ms=0) on the same broker
+           consume (assign at offset 0, fetch.queue.backoff.ms=0) on the same broker.
+           On RocketMQ (bench/rawrocketmq.py): the gateway's own remoting client (the adapter,
+           batches of 100 to one queue, 32 in flight; pulls of 32 from offset 0) and Apache's
+           Java client; each ceiling is the faster of the two, named in the tables
   p1       POST /produce, 1 record per request, 16 connections
   p100     POST /produce, 100 records per request, 16 connections
   f32      GET /message max=32 + POST /ack, 16 consumers in one group, over a backlog
@@ -19,6 +26,7 @@ Phases (each measured for --duration seconds after --warmup seconds):
   f32r     (extra) f32 paced at the target's 40,000 records/s: latency at that load, not at saturation
   delay    POST /produce of 100 records with random delays up to --max-delay-ms, 16 connections:
            delayed records/s the wheel takes at saturation, then each record's lateness
+           (on RocketMQ such delays go to the broker's timers: its timer wheel is measured)
   delayr   the same paced at --delay-rate (10,000/s): the lateness at that load
 
 The load generator (bench/loadgen.py) is a separate process: asyncio on uvloop with a
@@ -53,6 +61,7 @@ sys.path.insert(0, str(ROOT))
 import delay as bench_delay  # noqa: E402
 import procstat  # noqa: E402
 import rawkafka  # noqa: E402
+import rawrocketmq  # noqa: E402
 import runargs  # noqa: E402
 from gateway.cli import devstack  # noqa: E402
 from gateway.cli.main import _serve_cmd  # noqa: E402
@@ -61,6 +70,15 @@ RESULTS = runargs.RESULTS
 BACKLOG_TOPIC = "bench-backlog"
 PRODUCE_TOPIC = "bench-produce"  # a fresh topic per produce phase (-p1, -p100), so that what one
                                  # phase left in the broker does not slow the next one down
+
+#: The brokers --broker names, and its shorthands.
+BROKERS = ("tansu", "kafka", "rocketmq")
+BROKER_SETS = {"both": ["tansu", "kafka"], "all": ["tansu", "kafka", "rocketmq"]}
+#: RocketMQ: the topic of the Java client's produce ceiling (the backlog is prefilled by the
+#: remoting client), and how long the prefill may take (the remoting client is slower than
+#: librdkafka: 30 s would leave too small a backlog for the consume phases).
+JAVA_RAW_TOPIC = "bench-raw-java"
+ROCKETMQ_PREFILL_S = 60.0
 
 TARGETS = {
     "p1": "single-record produce >= 8,000 req/s at concurrency 16 with p99 < 10 ms",
@@ -153,9 +171,14 @@ def http_json(port: int, method: str, path: str, body: Any = None, timeout: floa
 
 
 def start_gateway(stack: Stack, redis_url: str, bootstrap: str, workers: int,
-                  extra_env: dict[str, str], src: Path) -> tuple[devstack.Service, list[int]]:
+                  extra_env: dict[str, str], src: Path,
+                  broker: str = "kafka") -> tuple[devstack.Service, list[int]]:
+    """The gateway on ``bootstrap``: Kafka's bootstrap servers, or RocketMQ's name server(s)
+    with ``broker="rocketmq"``."""
     port = devstack.free_port()
-    env = {**os.environ, "MQGW_REDIS_URL": redis_url, "MQGW_KAFKA_BOOTSTRAP": bootstrap, **extra_env}
+    target = ({"MQGW_BROKER": "rocketmq", "MQGW_ROCKETMQ_NAMESRV": bootstrap} if broker == "rocketmq"
+              else {"MQGW_BROKER": "kafka", "MQGW_KAFKA_BOOTSTRAP": bootstrap})
+    env = {**os.environ, "MQGW_REDIS_URL": redis_url, **target, **extra_env}
     RESULTS.mkdir(parents=True, exist_ok=True)
     # ``python -m uvicorn`` puts its working directory first on sys.path: ``src`` decides which
     # gateway package is served (this checkout, or a patched copy given with --gateway-src).
@@ -336,10 +359,14 @@ def report(res: dict[str, Any], paced_rate: int, broker: str, delay_rate: int = 
     raw, ph, ratios = res["raw"], res["phases"], res["ratios"]
     rows = [(f"figure ({broker})", "records/s", "req/s", "p50 ms", "p99 ms", "vs raw", "vs noop",
              "vs noop+redis", "target")]
-    rows.append(("raw produce, 100 B (gateway producer conf)", _n(raw["produce"]["records_per_s"]),
-                 "", "", "", "1", "", "", ""))
-    rows.append(("raw consume from offset 0", _n(raw["consume"]["records_per_s"]), "", "", "", "1",
-                 "", "", ""))
+    for kind, label in (("produce", "raw produce, 100 B"), ("consume", "raw consume from offset 0")):
+        client = raw[kind].get("client", "confluent-kafka")
+        rows.append((f"{label} ({client})", _n(raw[kind]["records_per_s"]), "", "", "", "1", "", "",
+                     "ceiling"))
+        for other in res.get("raw_all", {}).get(kind, {}).values():
+            if other.get("client") != client:
+                rows.append((f"  {label} ({other['client']})", _n(other["records_per_s"]), "", "", "",
+                             f"{other['records_per_s'] / raw[kind]['records_per_s']:.3f}", "", "", ""))
     labels = {"noop": "GET /healthz (no-op), c=16",
               "noopredis": "no-op + 1 Redis script (bench/noopredis.py)",
               "p1": "HTTP produce 1 rec/req, c=16",
@@ -408,11 +435,95 @@ def report(res: dict[str, Any], paced_rate: int, broker: str, delay_rate: int = 
 
 
 def start_broker(stack: Stack, broker: str) -> devstack.Service:
+    """The broker; ``extra["bootstrap"]`` is what the gateway and the raw clients connect to
+    (RocketMQ: the name server)."""
     if broker == "kafka":
         from gateway.cli import kafka_dist
 
         return stack.add(kafka_dist.start_kafka(heap="1g"))
+    if broker == "rocketmq":
+        from gateway.cli import rocketmq_dist
+
+        if not rocketmq_dist.is_resolved():
+            print(f"resolving Apache RocketMQ {rocketmq_dist.VERSION} from Maven Central (once)", flush=True)
+        mq = stack.add(rocketmq_dist.start_rocketmq(heap="1g"))
+        mq.extra["bootstrap"] = mq.extra["namesrv"]
+        return mq
     return stack.add(devstack.start_broker())
+
+
+def broker_pids(broker: devstack.Service) -> dict[str, int]:
+    """The processes whose CPU is the broker's: RocketMQ's broker JVM (``proc`` is its name
+    server, reported apart), else the broker's one process."""
+    jvm = getattr(broker, "broker", None)
+    if jvm is not None:
+        return {"broker": jvm.pid, "namesrv": broker.proc.pid}
+    return {"broker": broker.proc.pid}
+
+
+def create_topic(broker_name: str, bs: str, topic: str, partitions: int) -> None:
+    if broker_name == "rocketmq":
+        from gateway.cli import rocketmq_dist
+
+        rocketmq_dist.create_topic(bs, topic, partitions)
+    else:
+        devstack.create_topic(bs, topic, partitions)
+
+
+def raw_kafka(res: dict[str, Any], bs: str, args: argparse.Namespace, named: dict[str, int]) -> None:
+    print(f"raw produce: {args.prefill:,} x {args.value_size} B into {BACKLOG_TOPIC} ...", flush=True)
+    s0, w0 = procstat.snapshot(named), time.monotonic()
+    res["raw"]["produce"] = rawkafka.produce(bs, BACKLOG_TOPIC, args.prefill, args.value_size)
+    res["raw"]["produce"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
+    res["raw"]["produce"]["client"] = "confluent-kafka"
+    total = res["raw"]["produce"]["total_in_topic"]
+    print(f"  {res['raw']['produce']['records_per_s']:,.0f} msgs/s", flush=True)
+    s0, w0 = procstat.snapshot(named), time.monotonic()
+    res["raw"]["consume"] = rawkafka.consume(bs, BACKLOG_TOPIC, args.partitions, total)
+    res["raw"]["consume"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
+    res["raw"]["consume"]["client"] = "confluent-kafka"
+    print(f"raw consume: {res['raw']['consume']['records_per_s']:,.0f} msgs/s", flush=True)
+
+
+def raw_rocketmq(res: dict[str, Any], ns: str, args: argparse.Namespace, named: dict[str, int]) -> None:
+    """Both raw clients (bench/rawrocketmq.py); the faster of each kind is the ceiling. The
+    remoting client prefills the backlog; the Java client produces into a topic of its own."""
+    cands: dict[str, dict[str, dict[str, Any]]] = {"produce": {}, "consume": {}}
+    jvm_named = {k: v for k, v in named.items() if k != "raw_client"}
+
+    def measure(kind: str, what: str, fn: Any, *a: Any, **kw: Any) -> None:
+        java = what == rawrocketmq.JAVA
+        s0, w0 = procstat.snapshot(jvm_named if java else named), time.monotonic()
+        try:
+            r = fn(*a, **kw)
+        except Exception as e:  # the other client's figure stands
+            if not java:
+                raise
+            print(f"  {what}: not measured ({str(e)[:300]})", flush=True)
+            return
+        r["cpu_pct"] = procstat.usage(s0, procstat.snapshot(jvm_named if java else named),
+                                      time.monotonic() - w0)
+        cands[kind][what] = r
+        print(f"  {kind} {what}: {r['records_per_s']:,.0f} msgs/s ({r['records']:,} in {r['seconds']} s,"
+              f" errors {r['errors']})", flush=True)
+
+    print(f"raw produce (remoting client): up to {args.prefill:,} x {args.value_size} B into "
+          f"{BACKLOG_TOPIC}, at most {ROCKETMQ_PREFILL_S:g} s ...", flush=True)
+    measure("produce", rawrocketmq.REMOTING, rawrocketmq.produce, ns, BACKLOG_TOPIC, args.prefill,
+            args.value_size, max_seconds=ROCKETMQ_PREFILL_S)
+    total = cands["produce"][rawrocketmq.REMOTING]["total_in_topic"]
+    print(f"raw produce (Java client) into {JAVA_RAW_TOPIC} ...", flush=True)
+    measure("produce", rawrocketmq.JAVA, rawrocketmq.java_produce, ns, JAVA_RAW_TOPIC, args.prefill,
+            args.value_size)
+    print(f"raw consume of {total:,} records from offset 0 ...", flush=True)
+    measure("consume", rawrocketmq.REMOTING, rawrocketmq.consume, ns, BACKLOG_TOPIC, total)
+    measure("consume", rawrocketmq.JAVA, rawrocketmq.java_consume, ns, BACKLOG_TOPIC, total)
+    res["raw_all"] = cands
+    for kind, c in cands.items():
+        best = max(c.values(), key=lambda r: r["records_per_s"])
+        res["raw"][kind] = {**best, "ceiling_of": sorted(c)}
+        print(f"ceiling {kind}: {best['client']} ({best['records_per_s']:,.0f} msgs/s)", flush=True)
+    res["raw"]["produce"]["total_in_topic"] = total  # the backlog's, whichever client won
 
 
 def start_noopredis(stack: Stack, redis_url: str, workers: int) -> tuple[devstack.Service, list[int]]:
@@ -446,29 +557,29 @@ def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases:
     REDIS_URL = redis.extra["url"]
     broker = start_broker(stack, broker_name)
     bs = broker.extra["bootstrap"]
-    for t in (BACKLOG_TOPIC, *(f"{PRODUCE_TOPIC}-{p}" for p in phases if p.startswith("p")),
-              *(f"{PRODUCE_TOPIC}-{p}" for p in phases if p.startswith("delay"))):
-        devstack.create_topic(bs, t, args.partitions)
-    print(f"redis {redis.extra['url']}  broker {bs}  topics {args.partitions} partitions", flush=True)
+    topics = [BACKLOG_TOPIC, *(f"{PRODUCE_TOPIC}-{p}" for p in phases if p.startswith("p")),
+              *(f"{PRODUCE_TOPIC}-{p}" for p in phases if p.startswith("delay"))]
+    if broker_name == "rocketmq":
+        topics.append(JAVA_RAW_TOPIC)
+    for t in topics:
+        create_topic(broker_name, bs, t, args.partitions)
+    unit = "queues" if broker_name == "rocketmq" else "partitions"
+    print(f"redis {redis.extra['url']}  broker {bs}  topics {args.partitions} {unit}", flush=True)
 
-    print(f"raw produce: {args.prefill:,} x {args.value_size} B into {BACKLOG_TOPIC} ...", flush=True)
-    named = {"redis": redis.proc.pid, "broker": broker.proc.pid, "raw_client": os.getpid()}
-    s0, w0 = procstat.snapshot(named), time.monotonic()
-    res["raw"]["produce"] = rawkafka.produce(bs, BACKLOG_TOPIC, args.prefill, args.value_size)
-    res["raw"]["produce"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
-    total = res["raw"]["produce"]["total_in_topic"]
-    print(f"  {res['raw']['produce']['records_per_s']:,.0f} msgs/s", flush=True)
-    s0, w0 = procstat.snapshot(named), time.monotonic()
-    res["raw"]["consume"] = rawkafka.consume(bs, BACKLOG_TOPIC, args.partitions, total)
-    res["raw"]["consume"]["cpu_pct"] = procstat.usage(s0, procstat.snapshot(named), time.monotonic() - w0)
-    print(f"raw consume: {res['raw']['consume']['records_per_s']:,.0f} msgs/s", flush=True)
+    bpids = broker_pids(broker)
+    named = {"redis": redis.proc.pid, **bpids, "raw_client": os.getpid()}
+    if broker_name == "rocketmq":
+        raw_rocketmq(res, bs, args, named)
+    else:
+        raw_kafka(res, bs, args, named)
 
     src = runargs.gateway_src(args)
-    gw, workers = start_gateway(stack, redis.extra["url"], bs, args.workers, extra_env, src)
+    gw, workers = start_gateway(stack, redis.extra["url"], bs, args.workers, extra_env, src,
+                                broker="rocketmq" if broker_name == "rocketmq" else "kafka")
     nr, nr_workers = start_noopredis(stack, redis.extra["url"], args.workers)
     print(f"gateway ({src}/gateway) on 127.0.0.1:{gw.port}, master {gw.proc.pid}, workers {workers}",
           flush=True)
-    named = {"redis": redis.proc.pid, "broker": broker.proc.pid, "gateway_master": gw.proc.pid,
+    named = {"redis": redis.proc.pid, **bpids, "gateway_master": gw.proc.pid,
              **{f"worker{i + 1}": p for i, p in enumerate(workers)}}
     res["gateway"] = {"port": gw.port, "cmd": _serve_cmd("127.0.0.1", gw.port, args.workers),
                       "workers": workers, "src": str(src), "git_head": runargs.git_head(src)}
@@ -518,8 +629,12 @@ def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases:
             wait_s = args.max_delay_ms / 1000 + 5
             print(f"  {r['records_per_s']:,.0f} delayed records/s accepted; reading deliveries "
                   f"(up to {wait_s:.0f} s) ...", flush=True)
-            r["deliveries"] = bench_delay.lateness(bs, spec["topic"], args.partitions,
-                                                   int(r["records"]), timeout_s=wait_s + 60)
+            if broker_name == "rocketmq":  # delays up to 3 days are the broker's timers there
+                r["deliveries"] = bench_delay.lateness_rocketmq(bs, spec["topic"], int(r["records"]),
+                                                                timeout_s=wait_s + 60)
+            else:
+                r["deliveries"] = bench_delay.lateness(bs, spec["topic"], args.partitions,
+                                                       int(r["records"]), timeout_s=wait_s + 60)
             print(f"  {r['deliveries']}", flush=True)
         res["phases"][name] = r
         if name in TARGETS:
@@ -543,7 +658,9 @@ def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases:
 
 def report_both(full: dict[str, Any]) -> str:
     """Every phase with the brokers side by side: records/s (or req/s), p99, and the ratios to
-    the raw client on the same broker, the no-op endpoint and the one-script no-op."""
+    the raw client on the same broker (its name in the raw rows' req/s column: on RocketMQ the
+    faster of our remoting client and Apache's Java client), the no-op endpoint and the
+    one-script no-op."""
     brokers = list(full["brokers"])
     head = ["phase"]
     for b in brokers:
@@ -556,7 +673,7 @@ def report_both(full: dict[str, Any]) -> str:
             res = full["brokers"][b]
             if name.startswith("raw"):
                 r = res["raw"][name.split()[1]]
-                row += [_n(r["records_per_s"]), "", "", "1", "", ""]
+                row += [_n(r["records_per_s"]), r.get("client", "confluent-kafka"), "", "1", "", ""]
                 continue
             r = res["phases"].get(name)
             if r is None:
@@ -598,8 +715,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="phase delay: records are delayed by a random 0..this (an hour scaled "
                          "down 60 times, with the levels scaled likewise: bench/delay.py)")
     ap.add_argument("--phases", default="noop,noopredis,p1,p100,f32,f1000,f32pb,f32r,delay,delayr")
-    ap.add_argument("--broker", choices=("tansu", "kafka", "both"), default="both",
-                    help="the broker(s) to measure, one after the other in this run (both)")
+    ap.add_argument("--broker", default="kafka,rocketmq",
+                    help="the brokers to measure, one after the other in this run: a comma-separated"
+                         " list of kafka, rocketmq, tansu; 'both' = tansu,kafka, 'all' = all three"
+                         " (default: kafka,rocketmq)")
     ap.add_argument("--no-balance", action="store_true",
                     help="open the connections all at once and let the workers' shared accept decide"
                          " (often 16/0); by default they are spread evenly over the workers")
@@ -612,6 +731,9 @@ def main(argv: list[str] | None = None) -> int:
                          "registered, and each consumer rate-limited (far above what it reaches, so "
                          "the token bucket runs on every /message without ever refusing)")
     args = ap.parse_args(argv)
+    brokers = BROKER_SETS.get(args.broker) or [b.strip() for b in args.broker.split(",") if b.strip()]
+    if not brokers or any(b not in BROKERS for b in brokers) or len(set(brokers)) < len(brokers):
+        ap.error(f"--broker: a list of {', '.join(BROKERS)} (or both, all), not {args.broker!r}")
     phases = [p for p in args.phases.split(",") if p]
     mode = {"MQGW_AUTH": "true", "MQGW_OPEN_MODE": "false"} if args.secure else \
         {"MQGW_AUTH": "false", "MQGW_OPEN_MODE": "true"}
@@ -631,7 +753,6 @@ def main(argv: list[str] | None = None) -> int:
     stack = Stack()
     runargs.stop_on_sigterm()
     t_start = time.monotonic()
-    brokers = ["tansu", "kafka"] if args.broker == "both" else [args.broker]
     try:
         for b in brokers:
             res["brokers"][b] = run_broker(stack, b, args, phases, extra_env, profile_dir)

@@ -63,6 +63,8 @@ _REFUSED: dict[Refusal, tuple[type[DomainError], str, str]] = {
 
 #: A tag: what RocketMQ takes (no '|', which separates them in a filter), up to 128 characters.
 TAG = re.compile(r"[^|\x00-\x1f]{1,128}")
+#: A tag filter's length at most (RocketMQ's subscription expression travels in every pull).
+TAG_FILTER_MAX = 1024
 
 
 def parse_tag_filter(text: str | None) -> frozenset[str] | None:
@@ -71,9 +73,10 @@ def parse_tag_filter(text: str | None) -> frozenset[str] | None:
     if text is None or text.strip() in ("", "*"):
         return None
     tags = frozenset(t.strip() for t in text.split("||"))
-    if not all(TAG.fullmatch(t) for t in tags) or len(tags) > 64:
+    if len(text) > TAG_FILTER_MAX or not all(TAG.fullmatch(t) for t in tags):
         raise invalid("invalid_tag", "tag must be tags separated by '||' (e.g. 'A||B'), each "
-                      "1-128 characters without '|' or control characters, at most 64")
+                      f"1-128 characters without '|' or control characters, {TAG_FILTER_MAX} "
+                      "characters in all at most")
     return tags
 
 

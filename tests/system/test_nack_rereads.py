@@ -19,11 +19,12 @@ class SlowReads(MemoryBroker):
         super().__init__()
         self.empty = 0
 
-    async def fetch(self, topic: str, queue: str, offset: int, max_records: int) -> FetchResult:
+    async def fetch(self, topic: str, queue: str, offset: int, max_records: int,
+                    tags: frozenset[str] | None = None) -> FetchResult:
         if self.empty > 0:
             self.empty -= 1
             return FetchResult([], offset, -1)
-        return await super().fetch(topic, queue, offset, max_records)
+        return await super().fetch(topic, queue, offset, max_records, tags)
 
 
 def test_a_read_back_that_comes_back_empty_is_asked_again_not_committed_unretried(
