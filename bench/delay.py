@@ -62,38 +62,61 @@ def lateness(bootstrap: str, topic: str, partitions: int, expected: int,
 
 
 def lateness_rocketmq(namesrv: str, topic: str, expected: int, timeout_s: float) -> dict[str, Any]:
-    """:func:`lateness` on Apache RocketMQ: every queue of ``topic`` pulled from offset 0 with the
-    gateway's adapter until ``expected`` delayed records (or ``timeout_s``)."""
+    """:func:`lateness` on Apache RocketMQ: every queue of ``topic`` pulled from offset 0 (the
+    adapter's connections and routes, PULL_MESSAGE as its reads send it) until ``expected``
+    delayed records (or ``timeout_s``). A record's delivery time is when the broker's timer
+    released it (``TIMER_DEQUEUE_MS``); a record whose due time had passed when the broker got it
+    is stored at once, without a timer ("direct": its delivery time is its store time; the
+    adapter's record time, the producer's born time, would make it look early)."""
     import asyncio
 
     from gateway.broker.rocketmq import RocketMQBroker
+    from gateway.broker.rocketmq.codes import PULL_SUBSCRIPTION, Req, Resp
+    from gateway.broker.rocketmq.message import TIMER_DEQUEUE_MS, decode_messages, to_broker_name
 
     async def go() -> dict[str, Any]:
         b = RocketMQBroker(namesrv)
         await b.start()
+        client = b._client  # the adapter's reads give the born time only: pulled here instead
         late: list[int] = []
         dues: list[int] = []
-        early = 0
+        early = direct = 0
+
+        async def pull(q: str, at: int) -> tuple[list[Any], int]:
+            addr, qid = await client.master_of(topic, q)
+            resp = await client.call(addr, Req.PULL_MESSAGE, {
+                "consumerGroup": "mqgw_reader", "topic": to_broker_name(topic), "queueId": str(qid),
+                "queueOffset": str(at), "maxMsgNums": "32", "sysFlag": str(PULL_SUBSCRIPTION),
+                "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
+                "subVersion": "0", "expressionType": "TAG"})
+            if resp.code != Resp.SUCCESS:
+                return [], at
+            got = [m for m in decode_messages(resp.body) if m.queue_offset >= at]
+            return got, max(int(resp.ext.get("nextBeginOffset", at)), got[-1].queue_offset + 1 if got else at)
+
         try:
             queues = await b.queues(topic)
             at = dict.fromkeys(queues, 0)
             deadline = time.monotonic() + timeout_s
             while len(late) < expected and time.monotonic() < deadline:
-                results = await asyncio.gather(*(b.fetch(topic, q, at[q], 1000) for q in queues))
-                for q, r in zip(queues, results, strict=True):
-                    at[q] = max(at[q], r.next_offset)
-                    for rec in r.records:
-                        due = next((int(v) for k, v in rec.headers if k == DUE), None)
+                results = await asyncio.gather(*(pull(q, at[q]) for q in queues))
+                for q, (msgs, nxt) in zip(queues, results, strict=True):
+                    at[q] = nxt
+                    for m in msgs:
+                        due = m.properties.get(DUE)
                         if due is None:
                             continue
-                        late.append(rec.timestamp - due)
-                        dues.append(due)
-                        early += rec.timestamp < due
-                if not any(r.records for r in results):
+                        deq = m.properties.get(TIMER_DEQUEUE_MS, "")
+                        direct += not deq.isdigit()
+                        ts = int(deq) if deq.isdigit() else m.store_timestamp
+                        late.append(ts - int(due))
+                        dues.append(int(due))
+                        early += ts < int(due)
+                if not any(msgs for msgs, _ in results):
                     await asyncio.sleep(0.2)
         finally:
             await b.close()
-        return summary(late, dues, early, expected)
+        return {**summary(late, dues, early, expected), "direct": direct}
 
     return asyncio.run(go())
 

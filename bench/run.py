@@ -390,7 +390,8 @@ def report(res: dict[str, Any], paced_rate: int, broker: str, delay_rate: int = 
             d = r.get("deliveries")
             if d:
                 lt = d["lateness_ms"]
-                rows.append((f"  delivered {d['delivered']:,} of {d['expected']:,} ({d['early']} early)",
+                how = f"{d['early']} early" + (f", {d['direct']:,} direct" if "direct" in d else "")
+                rows.append((f"  delivered {d['delivered']:,} of {d['expected']:,} ({how})",
                              _n(d["delivered_per_s"] or 0), "", f"late {lt['p50']}",
                              f"late {lt['p99']}", "", "", "", ""))
         else:

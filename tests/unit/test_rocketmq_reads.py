@@ -102,3 +102,17 @@ async def test_other_answers_are_the_brokers_failure() -> None:
         await read(Scripted(answer(Resp.SYSTEM_ERROR, 0)), 0)
     with pytest.raises(UnknownTopic):
         await read(Scripted(answer(Resp.TOPIC_NOT_EXIST, 0)), 0)
+
+
+async def test_the_rest_of_a_large_read_is_asked_at_once_and_a_short_answer_restarts_it() -> None:
+    c = Scripted(answer(Resp.SUCCESS, 32, hi=100, body=records(*range(32))),
+                 # pipelined at 32, 64, 96: the first ends short (the broker's byte limit)
+                 answer(Resp.SUCCESS, 42, hi=100, body=records(*range(32, 42))),
+                 answer(Resp.SUCCESS, 96, hi=100, body=records(*range(64, 96))),
+                 answer(Resp.SUCCESS, 100, hi=100, body=records(*range(96, 100))),
+                 # asked again from 42
+                 answer(Resp.SUCCESS, 74, hi=100, body=records(*range(42, 74))),
+                 answer(Resp.SUCCESS, 100, hi=100, body=records(*range(74, 100))))
+    r = await read(c, 0, 100)
+    assert [x.offset for x in r.records] == list(range(100)) and r.next_offset == 100
+    assert c.asked == [0, 32, 64, 96, 42, 74]

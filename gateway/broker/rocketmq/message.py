@@ -9,6 +9,7 @@ i16 in V2) + topic, i16 length + properties``. Properties are ``name \\x01 value
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import itertools
 import os
@@ -205,14 +206,28 @@ def _id_prefix() -> str:
     return _prefix
 
 
+_month = (0.0, 0.0)  # (start of the current month, start of the next), epoch seconds, UTC
+
+
+def _month_start(now: float) -> float:
+    """Cached: ``gmtime`` + ``timegm`` for every record was 15 % of a worker's samples in the
+    p100 bench phase (8.6 us a call)."""
+    global _month
+    start, end = _month
+    if not start <= now < end:
+        t = time.gmtime(now)
+        start = calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0))
+        ny, nm = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+        _month = (start, calendar.timegm((ny, nm, 1, 0, 0, 0)))
+    return start
+
+
 def new_unique_key() -> str:
     """A message id (``UNIQ_KEY``) in the Java client's form: 32 hex digits, the prefix, ms
     since the start of the month (4 bytes), a counter (2). Tools and the broker's recall
     handles read it."""
     now = time.time()
-    t = time.gmtime(now)
-    month_start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) - time.timezone
-    since = int((now - month_start) * 1000) & 0xFFFFFFFF
+    since = int((now - _month_start(now)) * 1000) & 0xFFFFFFFF
     return f"{_id_prefix()}{since:08X}{next(_counter) & 0xFFFF:04X}"
 
 
