@@ -1322,11 +1322,12 @@ def test_broker_unavailable(redis_url: str, tmp_path: Path) -> None:
     with lone_node(redis_url, dead, tmp_path) as api:
         ready = call(api, "GET", "/readyz", status=503)
         assert ready == {"status": "unavailable", "checks": {"redis": True, "broker": False}}
-        t0 = time.monotonic()
+        # Each answer comes after the metadata timeout (~13 s each on an idle machine, 39 s for
+        # both once on a loaded CI machine): a hang is what the client's own timeout (60 s a
+        # request) and the test's catch, not a wall-clock bound that load can break.
         call(api, "POST", "/produce", "/produce", 503, "unavailable", json={"topic": "t", "value": "x"})
         call(api, "GET", "/message", "/message", 503, "unavailable",
              params={"consumer": unique(), "topic": "t"})
-        assert time.monotonic() - t0 < 30
         assert dependency_errors(api, "broker") == 2
 
 
