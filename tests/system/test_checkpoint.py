@@ -249,11 +249,6 @@ def _metric(url: str, name: str, labels: str) -> float:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.skipif(ON_ROCKETMQ, reason=(
-    "open defect (issue 22): on RocketMQ the herd's 100 first checkpoints each create a group "
-    "and its %RETRY% topic on the broker; in one CI run of two the node answered 3 of 300 polls "
-    "in 7 s and the rest saw their connections closed (httpx.ReadError, likely the 5 s idle "
-    "timeout of connections the starved worker had not read yet)"))
 def test_a_herd_of_first_polls_restores_once_per_queue_and_stalls_no_produce(
         own_redis: list[devstack.Service], bootstrap: str, make_topic: Callable[..., str],
         tmp_path: Path) -> None:

@@ -63,6 +63,7 @@ class RocketMQBroker(Broker):
         self.native_delay_max_ms = self.timers.max_delay_ms if native else 0
 
     async def close(self) -> None:
+        await self._groups.close()
         await self._client.close()
 
     # -- metadata ---------------------------------------------------------------------------
