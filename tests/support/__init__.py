@@ -245,7 +245,33 @@ class Api:
         assert r.status_code == 200, r.text
         body: dict[str, Any] = r.json()
         assert body["failed"] == 0, body
+        if ON_ROCKETMQ:
+            self.await_dispatch(topic, body["results"])
         return body
+
+    def await_dispatch(self, topic: str, results: list[dict[str, Any]]) -> None:
+        """RocketMQ only: wait until the broker has dispatched the records ``/produce`` answered
+        (``results``) to its consume queues. RocketMQ acknowledges a send once the record is in
+        its commit log; a broker thread appends it to the consume queue, which pulls and max
+        offsets read, a few ms later (longer on a loaded machine: a CI run's ``/message`` right
+        after a ``/produce`` on a new topic answered ``empty``). Kafka's high watermark covers a
+        record before its acks=all produce is acknowledged, so tests written as "produce, then
+        fetch without waiting" hold there as they are; on RocketMQ they wait for this first.
+        The gateway's contract is the same on both (docs/api.md: new records show up within
+        about ``metadata_refresh_ms``)."""
+        ends: dict[str, int] = {}
+        for x in results:
+            if "offset" in x and "queue" in x:
+                ends[x["queue"]] = max(ends.get(x["queue"], 0), x["offset"] + 1)
+        if not ends:
+            return
+
+        def dispatched() -> bool:
+            r = self.http.get(self.url(f"/admin/topics/{topic}"))
+            assert r.status_code == 200, r.text
+            have = {q["queue"]: q["endOffset"] for q in r.json()["partitions"]}
+            return all(have.get(q, -1) >= end for q, end in ends.items())
+        wait_for(dispatched, f"the broker to dispatch {topic}'s records", timeout=30)
 
     def produce_exact(self, topic: str, values: list[str], **kw: Any) -> None:
         """Produce so that the backlog, the high watermark and timestamp look-ups are exact.
