@@ -265,7 +265,12 @@ def test_a_herd_of_first_polls_restores_once_per_queue_and_stalls_no_produce(
 
         async def run() -> list[int]:
             limits = httpx.Limits(max_connections=400, max_keepalive_connections=400)
-            async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+            # The producer has a connection of its own. Sharing the herd's pool, its POSTs took
+            # connections the herd had left idle, and the node closes an idle connection after
+            # keep_alive_timeout_ms (5 s): on RocketMQ, where the herd's polls take seconds, a
+            # POST raced such a close (httpx.ReadError, a CI run) rather than meet a slow node.
+            async with httpx.AsyncClient(timeout=120, limits=limits) as http, \
+                    httpx.AsyncClient(timeout=120) as own:
                 herd_done = asyncio.Event()
 
                 async def poll(name: str) -> int:
@@ -276,7 +281,7 @@ def test_a_herd_of_first_polls_restores_once_per_queue_and_stalls_no_produce(
                 async def produce() -> None:
                     while not herd_done.is_set():
                         t0 = time.monotonic()
-                        r = await http.post(f"{node.url}/produce", json={"topic": topic, "value": "x"})
+                        r = await own.post(f"{node.url}/produce", json={"topic": topic, "value": "x"})
                         assert r.status_code == 200, r.text
                         latencies.append(time.monotonic() - t0)
                         await asyncio.sleep(0.02)
