@@ -79,11 +79,13 @@ async def connect(host: str, port: int) -> Connection:
 EXTRA_HEADERS = ""
 
 
-def get(path: str, host: str = "127.0.0.1") -> bytes:
-    return f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{EXTRA_HEADERS}\r\n".encode()
+def get(path: str, host: str = "127.0.0.1", accept: str = "") -> bytes:
+    more = f"Accept: {accept}\r\n" if accept else ""
+    return f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{more}{EXTRA_HEADERS}\r\n".encode()
 
 
-def post(path: str, body: bytes, host: str = "127.0.0.1", method: str = "POST") -> bytes:
-    head = (f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+def post(path: str, body: bytes, host: str = "127.0.0.1", method: str = "POST",
+         content_type: str = "application/json") -> bytes:
+    head = (f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\n{EXTRA_HEADERS}\r\n").encode()
     return head + body

@@ -8,6 +8,8 @@ Spec kinds:
   produce  {port, topic, per_request, concurrency, duration, warmup, value_size}
   consume  {port, topic, group, max, concurrency, duration, warmup, ack: separate|piggyback,
             rate: offered records/s (0 = as fast as possible)}
+With ``"dialect": "bridge"`` produce and consume speak the Strimzi HTTP bridge's API (its
+Confluent-style v2 routes: bench/bridge.py) instead of the gateway's.
 """
 
 from __future__ import annotations
@@ -142,10 +144,17 @@ def _cpu() -> float:
 
 
 # -- produce ---------------------------------------------------------------------------------
+#: The Strimzi bridge's embedded formats (application/vnd.kafka.<format>.v2+json).
+BRIDGE_JSON = "application/vnd.kafka.json.v2+json"
+BRIDGE_BINARY = "application/vnd.kafka.binary.v2+json"
+BRIDGE_V2 = "application/vnd.kafka.v2+json"
+
+
 def produce_requests(topic: str, per_request: int, value_size: int, variants: int = 64,
-                     max_delay_ms: int = 0) -> list[bytes]:
+                     max_delay_ms: int = 0, dialect: str = "") -> list[bytes]:
     """Pre-built POST /produce requests: distinct keys spread records over all partitions; with
-    ``max_delay_ms`` each record is delayed by a random 0..max_delay_ms."""
+    ``max_delay_ms`` each record is delayed by a random 0..max_delay_ms. The bridge dialect:
+    ``POST /topics/<topic>`` with the same keys and values as JSON strings."""
     out = []
     seq = 0
     rng = random.Random(7)
@@ -158,7 +167,11 @@ def produce_requests(topic: str, per_request: int, value_size: int, variants: in
                 msg["delayMs"] = rng.randrange(max_delay_ms)
             msgs.append(msg)
             seq += 1
-        out.append(httpc.post("/produce", orjson.dumps({"topic": topic, "messages": msgs})))
+        if dialect == "bridge":
+            out.append(httpc.post(f"/topics/{quote(topic)}", orjson.dumps({"records": msgs}),
+                                  content_type=BRIDGE_JSON))
+        else:
+            out.append(httpc.post("/produce", orjson.dumps({"topic": topic, "messages": msgs})))
     return out
 
 
@@ -167,7 +180,9 @@ async def run_produce(spec: dict[str, Any]) -> dict[str, Any]:
         reqs = [httpc.get(spec.get("path", "/healthz"))]
     else:
         reqs = produce_requests(spec["topic"], spec["per_request"], spec["value_size"],
-                                max_delay_ms=spec.get("max_delay_ms", 0))
+                                max_delay_ms=spec.get("max_delay_ms", 0),
+                                dialect=spec.get("dialect", ""))
+    bridge = spec.get("dialect") == "bridge"
     conns, placement = await open_connections(spec["port"], spec["concurrency"], spec.get("balance", []))
     win = Window(spec["warmup"], spec["duration"])
     lat: list[int] = []
@@ -194,12 +209,16 @@ async def run_produce(spec: dict[str, Any]) -> dict[str, Any]:
                 continue
             lat.append(t1 - t0)
             stats["requests"] += 1
-            if status != 200:
+            if not 200 <= status < 300:  # the bridge's /healthy answers 204
                 stats["errors"] += 1
                 if len(stats["error_samples"]) < 5:
                     stats["error_samples"].append(f"{status} {body[:200]!r}")
             elif per == 0:
                 pass
+            elif bridge:  # {"offsets":[{"partition":..,"offset":..}|{"error_code":..,"message":..}]}
+                failed = body.count(b'"error_code"')
+                stats["failed_records"] += failed
+                stats["records"] += per - failed
             elif body.find(b'"failed":0,', 0, 120) < 0:
                 failed = orjson.loads(body)["failed"]
                 stats["failed_records"] += failed
@@ -345,11 +364,94 @@ async def run_consume(spec: dict[str, Any]) -> dict[str, Any]:
             "loadgen_cpu_pct": round(100 * (win.cpu1 - win.cpu0) / d, 1)}
 
 
+async def run_bridge_consume(spec: dict[str, Any]) -> dict[str, Any]:
+    """f32/f1000 through the Strimzi bridge: one consumer instance per connection, all in one
+    group subscribed to the topic (Kafka's group protocol spreads the partitions); each round is
+    ``GET .../records`` (its ``max.poll.records`` is the bridge's: bench/bridge.py) and, when it
+    brought records, ``POST .../offsets`` with an empty body, which commits what the instance
+    fetched: the bridge's fetch + ack. The instances are deleted afterwards, outside the window."""
+    group = quote(spec["group"])
+    conns = [await httpc.connect(HOST, spec["port"]) for _ in range(spec["concurrency"])]
+    bases = []
+    for k, conn in enumerate(conns):
+        status, body = await conn.request(httpc.post(f"/consumers/{group}", orjson.dumps({
+            "name": f"c{k}", "format": "binary", "auto.offset.reset": "earliest",
+            "enable.auto.commit": False}), content_type=BRIDGE_V2))
+        if status != 200:
+            raise SystemExit(f"bridge: create consumer c{k}: {status} {body[:300]!r}")
+        base = f"/consumers/{group}/instances/c{k}"
+        status, body = await conn.request(httpc.post(f"{base}/subscription", orjson.dumps(
+            {"topics": [spec["topic"]]}), content_type=BRIDGE_V2))
+        if status not in (200, 204):
+            raise SystemExit(f"bridge: subscribe c{k}: {status} {body[:300]!r}")
+        bases.append(base)
+    win = Window(spec["warmup"], spec["duration"])
+    lat_msg: list[int] = []
+    lat_ack: list[int] = []
+    stats = {"fetches": 0, "acks": 0, "records": 0, "empty": 0, "errors": 0, "ack_not_committed": 0,
+             "count_mismatch": 0, "error_samples": []}
+
+    def error(what: str, status: int, body: bytes) -> None:
+        stats["errors"] += 1
+        if len(stats["error_samples"]) < 5:
+            stats["error_samples"].append(f"{what} {status} {body[:200]!r}")
+
+    async def worker(base: str, conn: httpc.Connection) -> None:
+        poll = httpc.get(f"{base}/records?timeout=1000", accept=BRIDGE_BINARY)
+        commit = httpc.post(f"{base}/offsets", b"", content_type=BRIDGE_V2)
+        seen = 0
+        while not win.over():
+            t0 = time.perf_counter_ns()
+            status, body = await conn.request(poll)
+            t1 = time.perf_counter_ns()
+            inside = win.inside(t0, t1)
+            if status != 200:
+                if inside:
+                    error("records", status, body)
+                continue
+            n = body.count(b'"offset":')
+            seen += 1
+            if not seen % 64 and n != len(orjson.loads(body)):
+                stats["count_mismatch"] += 1
+            if inside:
+                lat_msg.append(t1 - t0)
+                stats["fetches"] += 1
+            if not n:
+                if inside:
+                    stats["empty"] += 1
+                continue
+            t2 = time.perf_counter_ns()
+            status, body = await conn.request(commit)
+            t3 = time.perf_counter_ns()
+            if not win.inside(t2, t3):
+                continue
+            lat_ack.append(t3 - t2)
+            stats["acks"] += 1
+            if status not in (200, 204):
+                error("offsets", status, body)
+            else:
+                stats["records"] += n
+
+    announcer = asyncio.create_task(win.announce())
+    await asyncio.gather(*(worker(b, c) for b, c in zip(bases, conns, strict=True)))
+    await announcer
+    for base, conn in zip(bases, conns, strict=True):
+        await conn.request(httpc.post(base, b"", method="DELETE", content_type=BRIDGE_V2))
+        conn.close()
+    d = spec["duration"]
+    return {**stats, "duration_s": d, "records_per_s": stats["records"] / d,
+            "fetch_per_s": stats["fetches"] / d, "ack_per_s": stats["acks"] / d,
+            "message_latency_ms": percentiles(lat_msg), "ack_latency_ms": percentiles(lat_ack),
+            "loadgen_cpu_pct": round(100 * (win.cpu1 - win.cpu0) / d, 1)}
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     if spec.get("key"):
         httpc.EXTRA_HEADERS = f"Authorization: Bearer {spec['key']}\r\n"
     fn = {"produce": run_produce, "noop": run_produce, "consume": run_consume}[spec["kind"]]
+    if spec["kind"] == "consume" and spec.get("dialect") == "bridge":
+        fn = run_bridge_consume
     result = uvloop.run(fn(spec))
     print(json.dumps(result), flush=True)
 

@@ -58,12 +58,13 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
+import bridge as bench_bridge  # noqa: E402
 import delay as bench_delay  # noqa: E402
 import procstat  # noqa: E402
 import rawkafka  # noqa: E402
 import rawrocketmq  # noqa: E402
 import runargs  # noqa: E402
-from gateway.cli import devstack  # noqa: E402
+from gateway.cli import devstack, maven  # noqa: E402
 from gateway.cli.main import _serve_cmd  # noqa: E402
 
 RESULTS = runargs.RESULTS
@@ -172,9 +173,10 @@ def http_json(port: int, method: str, path: str, body: Any = None, timeout: floa
 
 def start_gateway(stack: Stack, redis_url: str, bootstrap: str, workers: int,
                   extra_env: dict[str, str], src: Path,
-                  broker: str = "kafka") -> tuple[devstack.Service, list[int]]:
+                  broker: str = "kafka", server: str = "uvicorn") -> tuple[devstack.Service, list[int]]:
     """The gateway on ``bootstrap``: Kafka's bootstrap servers, or RocketMQ's name server(s)
-    with ``broker="rocketmq"``."""
+    with ``broker="rocketmq"``. ``server="granian"``: under granian instead of ``mqgw serve``'s
+    uvicorn (an experiment: granian has none of api/server.py's connection limits)."""
     port = devstack.free_port()
     target = ({"MQGW_BROKER": "rocketmq", "MQGW_ROCKETMQ_NAMESRV": bootstrap} if broker == "rocketmq"
               else {"MQGW_BROKER": "kafka", "MQGW_KAFKA_BOOTSTRAP": bootstrap})
@@ -182,8 +184,22 @@ def start_gateway(stack: Stack, redis_url: str, bootstrap: str, workers: int,
     RESULTS.mkdir(parents=True, exist_ok=True)
     # ``python -m uvicorn`` puts its working directory first on sys.path: ``src`` decides which
     # gateway package is served (this checkout, or a patched copy given with --gateway-src).
+    cmd = _serve_cmd("127.0.0.1", port, workers)
+    if server == "granian":  # the HTTP-stack experiment of issue 23: the same app under granian
+        import importlib.util
+        import tempfile
+
+        if importlib.util.find_spec("granian") is None:
+            raise RuntimeError("--server granian: install it first (.venv/bin/pip install granian);"
+                               " it is no dependency of the gateway")
+
+        env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="mqgw-prom-")
+        cmd = [sys.executable, "-m", "granian", "--interface", "asgi", "--factory",
+               "gateway.api.app:factory", "--host", "127.0.0.1", "--port", str(port), "--workers",
+               str(workers), "--loop", "uvloop", "--http", "1", "--no-ws", "--log-level", "warning",
+               "--runtime-threads", "1"]
     with open(RESULTS / "gateway.log", "wb") as log:  # the child keeps its own descriptor
-        proc = subprocess.Popen(_serve_cmd("127.0.0.1", port, workers), env=env, cwd=src, stdout=log,
+        proc = subprocess.Popen(cmd, env=env, cwd=src, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     svc = stack.add(devstack.Service("gateway", port, proc))
@@ -200,7 +216,8 @@ def start_gateway(stack: Stack, redis_url: str, bootstrap: str, workers: int,
             raise RuntimeError("gateway not ready after 30 s; see bench/results/gateway.log")
         time.sleep(0.2)
     deadline = time.monotonic() + 10
-    while len(pids := procstat.uvicorn_workers(proc.pid)) < workers and time.monotonic() < deadline:
+    find = procstat.uvicorn_workers if server == "uvicorn" else procstat.children
+    while len(pids := find(proc.pid)) < workers and time.monotonic() < deadline:
         time.sleep(0.1)
     return svc, pids
 
@@ -576,7 +593,8 @@ def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases:
 
     src = runargs.gateway_src(args)
     gw, workers = start_gateway(stack, redis.extra["url"], bs, args.workers, extra_env, src,
-                                broker="rocketmq" if broker_name == "rocketmq" else "kafka")
+                                broker="rocketmq" if broker_name == "rocketmq" else "kafka",
+                                server=args.server)
     nr, nr_workers = start_noopredis(stack, redis.extra["url"], args.workers)
     print(f"gateway ({src}/gateway) on 127.0.0.1:{gw.port}, master {gw.proc.pid}, workers {workers}",
           flush=True)
@@ -651,10 +669,103 @@ def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases:
             if ceiling in res["phases"]:
                 res["ratios"][f"{name}_vs_{ceiling}"] = req_s / res["phases"][ceiling]["req_per_s"]
         print(f"  {r['records_per_s']:,.0f} records/s", flush=True)
+    if broker_name == "kafka" and args.peers == "strimzi":
+        run_bridge(stack, res, bs, args, phases, {"redis": redis.proc.pid, **bpids}, profile_dir)
     res["wall_s"] = round(time.monotonic() - t0_broker, 1)
     print()
     print(report(res, args.paced_rate, broker_name, args.delay_rate), flush=True)
+    if res.get("peer"):
+        print(report_peer(res), flush=True)
     return res
+
+
+#: The phases the Strimzi bridge has an equivalent of (its ``GET /healthy`` for the no-op, as
+#: ``GET /healthz`` is the gateway's).
+PEER_PHASES = ("noop", "p1", "p100", "f32", "f1000")
+
+
+def run_bridge(stack: Stack, res: dict[str, Any], bs: str, args: argparse.Namespace,
+               phases: list[str], named: dict[str, int], profile_dir: Path | None) -> None:
+    """The Strimzi HTTP bridge's figures on the same broker, in the same run (bench/bridge.py):
+    ``res["peer"]``. One bridge for the no-op and produce phases, one per consume phase (its
+    ``max.poll.records`` is per bridge). Skipped with a line saying why where it cannot run."""
+    todo = [p for p in phases if p in PEER_PHASES]
+    why = bench_bridge.available()
+    if why or not todo:
+        if why:
+            print(why, flush=True)
+            res["peer"] = {"name": bench_bridge.NAME, "skipped": why}
+        return
+    print(f"=== peer: {bench_bridge.NAME} on the same broker", flush=True)
+    if not maven.is_resolved(maven.cache_dir("MQGW_BRIDGE_HOME", f"strimzi-bridge-{bench_bridge.VERSION}")):
+        print("resolving its dependencies with Maven (once)", flush=True)
+    peer: dict[str, Any] = {"name": bench_bridge.NAME, "java": bench_bridge.find_java(), "phases": {}}
+    res["peer"] = peer
+    common = {"concurrency": args.concurrency, "duration": args.duration, "warmup": args.warmup,
+              "balance": [], "dialect": "bridge"}
+    specs: dict[str, dict[str, Any]] = {
+        "noop": {"kind": "noop", "per_request": 0, "value_size": 0, "path": "/healthy"},
+        "p1": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-bridge-p1", "per_request": 1,
+               "value_size": args.value_size},
+        "p100": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-bridge-p100", "per_request": 100,
+                 "value_size": args.value_size},
+        # the 16 instances join one group one by one: the broker's first rebalance waits
+        # group.initial.rebalance.delay.ms (3 s), so the window opens after the group settled
+        "f32": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-bridge-f32", "max": 32,
+                "warmup": max(args.warmup, 8.0)},
+        "f1000": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-bridge-f1000",
+                  "max": 1000, "warmup": max(args.warmup, 8.0)},
+    }
+    running: devstack.Service | None = None
+    for name in todo:
+        spec = {**common, **specs[name]}
+        want = spec.get("max", 500)  # 500: Kafka's default max.poll.records
+        if running is None or running.extra["max_poll_records"] != want:
+            if running is not None:
+                running.stop()
+                stack.services.remove(running)
+            if spec["kind"] == "produce":
+                create_topic("kafka", bs, spec["topic"], args.partitions)
+            running = stack.add(bench_bridge.start(bs, want, RESULTS / "bridge.log"))
+        elif spec["kind"] == "produce":
+            create_topic("kafka", bs, spec["topic"], args.partitions)
+        spec["port"] = running.port
+        print(f"peer phase {name}: {spec['warmup']:g} s warm-up + {args.duration:g} s ...", flush=True)
+        r = run_phase(stack, f"bridge-{name}", spec, {**named, "bridge": running.proc.pid},
+                      running.port, [], profile_dir)
+        peer["phases"][name] = r
+        rate = r["req_per_s"] if name == "noop" else r["records_per_s"]
+        print(f"  {rate:,.0f} {'req' if name == 'noop' else 'records'}/s", flush=True)
+    if running is not None:
+        running.stop()
+        stack.services.remove(running)
+
+
+def _rate(name: str, r: dict[str, Any]) -> float:
+    return float(r["req_per_s"] if name == "noop" else r["records_per_s"])
+
+
+def report_peer(res: dict[str, Any]) -> str:
+    """gateway / bridge per phase, same broker, same run."""
+    peer = res["peer"]
+    rows = [("phase (req/s for noop, else records/s)", "mq-gateway", "p99 ms", peer["name"], "p99 ms",
+             "gateway / bridge")]
+    for name, b in peer["phases"].items():
+        g = res["phases"].get(name)
+        if g is None:
+            continue
+        glat = g.get("message_latency_ms") or g["latency_ms"]
+        blat = b.get("message_latency_ms") or b["latency_ms"]
+        rows.append((name, _n(_rate(name, g)), _ms(glat, "p99"), _n(_rate(name, b)), _ms(blat, "p99"),
+                     f"{_rate(name, g) / max(_rate(name, b), 1e-9):.2f}"))
+    lines = ["| " + " | ".join(r) + " |" for r in rows]
+    lines.insert(1, "|" + "|".join(" --- " for _ in rows[0]) + "|")
+    lines.append("")
+    lines.append("CPU of the bridge's phases, % of one core:")
+    for name, b in peer["phases"].items():
+        c = b["cpu_pct"]
+        lines.append(f"  {name:6} " + "  ".join(f"{k} {v:.0f}" for k, v in c.items()))
+    return "\n".join(lines)
 
 
 def report_both(full: dict[str, Any]) -> str:
@@ -720,6 +831,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="the brokers to measure, one after the other in this run: a comma-separated"
                          " list of kafka, rocketmq, tansu; 'both' = tansu,kafka, 'all' = all three"
                          " (default: kafka,rocketmq)")
+    ap.add_argument("--server", choices=("uvicorn", "granian"), default="uvicorn",
+                    help="the gateway's HTTP server: mqgw serve's uvicorn (default), or granian for "
+                         "the HTTP-stack comparison (needs granian installed; no connection limits)")
+    ap.add_argument("--peers", choices=("strimzi", "none"), default="strimzi",
+                    help="on Apache Kafka, also measure the Strimzi HTTP bridge 1.1.0 (bench/bridge.py;"
+                         " skipped with a line saying why where its jar or Java 21+ is missing)")
     ap.add_argument("--no-balance", action="store_true",
                     help="open the connections all at once and let the workers' shared accept decide"
                          " (often 16/0); by default they are spread evenly over the workers")
