@@ -188,6 +188,7 @@ class Fetcher:
             version = self.wm.version(p.topic)
             targets = [p.topic]
             serve = await self.retries.serve(retry, p.consumer, p.client_id)
+            retry_version = self.wm.version(retry)  # the copy serve and choose decided on
             if serve:
                 targets.insert(0, retry)  # due retries first: they waited long enough
             nothing: list[NoQueue] = []
@@ -202,13 +203,19 @@ class Fetcher:
                     break
                 nothing.append(got)
                 if topic == retry and got.wake_ms < 0:  # nothing to retry until records come
-                    self.retries.idle(retry, p.consumer, p.client_id)
+                    self.retries.idle(retry, p.consumer, p.client_id, retry_version)
             else:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return Fetched(FetchStatus.EMPTY, p.topic)
-                if self.wm.version(p.topic) != version and not looked_again:
-                    looked_again = True  # records came during choose: look again, once
+                # Records came during choose, or the retry topic's copy was refreshed since serve
+                # and choose read it (their stale read started that refresh; landing before the
+                # wait, its highs would be the watcher's baseline and the new retry would never
+                # wake the poll: a redriven record waited for the 5 s re-check): look again, once.
+                moved = self.wm.version(p.topic) != version or \
+                    (serve is not None and self.wm.version(retry) != retry_version)
+                if moved and not looked_again:
+                    looked_again = True
                 else:
                     looked_again = False
                     wakes = [n.wake_ms for n in nothing if n.wake_ms >= 0]

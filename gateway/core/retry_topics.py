@@ -60,11 +60,13 @@ class RetryTopics:
         self._idle.pop((retry, consumer, client_id), None)
         return True
 
-    def idle(self, retry: str, consumer: str, client_id: str) -> None:
-        """Choose found nothing to retry there: pass it by until its records change."""
+    def idle(self, retry: str, consumer: str, client_id: str, version: int) -> None:
+        """Choose found nothing to retry there: pass it by until its records change.
+        ``version``: the watermarks' version choose decided on (not the current one: a refresh
+        that landed since then may hold the record it did not see)."""
         if len(self._idle) >= MEMO_MAX:  # broadcast clientIds come and go
             self._idle.clear()
-        self._idle[(retry, consumer, client_id)] = self.wm.version(retry)
+        self._idle[(retry, consumer, client_id)] = version
 
     def waiting_without(self, retry: str, key: Key) -> None:
         """A poll of ``key`` waits, and ``retry`` is not known to exist: wake it if a listing
