@@ -262,6 +262,27 @@ def parse_fetch(body: bytes, full: bool) -> tuple[dict[str, Any], int]:
     return orjson.loads(body[:i] + b'"messages":[]' + body[j + 1:]), n
 
 
+def consume_stats() -> dict[str, Any]:
+    """The counters of a consume phase (the gateway's or the bridge's)."""
+    return {"fetches": 0, "acks": 0, "records": 0, "empty": 0, "errors": 0, "ack_not_committed": 0,
+            "count_mismatch": 0, "error_samples": []}
+
+
+def record_error(stats: dict[str, Any], what: str, status: int, body: bytes) -> None:
+    stats["errors"] += 1
+    if len(stats["error_samples"]) < 5:
+        stats["error_samples"].append(f"{what} {status} {body[:200]!r}")
+
+
+def consume_result(spec: dict[str, Any], stats: dict[str, Any], win: Window, lat_msg: list[int],
+                   lat_ack: list[int]) -> dict[str, Any]:
+    d = spec["duration"]
+    return {**stats, "duration_s": d, "records_per_s": stats["records"] / d,
+            "fetch_per_s": stats["fetches"] / d, "ack_per_s": stats["acks"] / d,
+            "message_latency_ms": percentiles(lat_msg), "ack_latency_ms": percentiles(lat_ack),
+            "loadgen_cpu_pct": round(100 * (win.cpu1 - win.cpu0) / d, 1)}
+
+
 async def run_consume(spec: dict[str, Any]) -> dict[str, Any]:
     base = (f"/message?consumer={quote(spec['group'])}&topic={quote(spec['topic'])}"
             f"&max={spec['max']}")
@@ -271,15 +292,12 @@ async def run_consume(spec: dict[str, Any]) -> dict[str, Any]:
     win = Window(spec["warmup"], spec["duration"])
     lat_msg: list[int] = []
     lat_ack: list[int] = []
-    stats = {"fetches": 0, "acks": 0, "records": 0, "empty": 0, "errors": 0, "ack_not_committed": 0,
-             "count_mismatch": 0, "error_samples": []}
+    stats = consume_stats()
 
     seen = [0]
 
     def error(what: str, status: int, body: bytes) -> None:
-        stats["errors"] += 1
-        if len(stats["error_samples"]) < 5:
-            stats["error_samples"].append(f"{what} {status} {body[:200]!r}")
+        record_error(stats, what, status, body)
 
     # With a rate, each consumer starts a fetch every `interval` s (closed loop otherwise): the
     # latency is then measured at that offered load instead of at saturation.
@@ -357,11 +375,7 @@ async def run_consume(spec: dict[str, Any]) -> dict[str, Any]:
     await announcer
     for c in conns:
         c.close()
-    d = spec["duration"]
-    return {**stats, "placement": placement, "duration_s": d, "records_per_s": stats["records"] / d,
-            "fetch_per_s": stats["fetches"] / d, "ack_per_s": stats["acks"] / d,
-            "message_latency_ms": percentiles(lat_msg), "ack_latency_ms": percentiles(lat_ack),
-            "loadgen_cpu_pct": round(100 * (win.cpu1 - win.cpu0) / d, 1)}
+    return {**consume_result(spec, stats, win, lat_msg, lat_ack), "placement": placement}
 
 
 async def run_bridge_consume(spec: dict[str, Any]) -> dict[str, Any]:
@@ -388,13 +402,10 @@ async def run_bridge_consume(spec: dict[str, Any]) -> dict[str, Any]:
     win = Window(spec["warmup"], spec["duration"])
     lat_msg: list[int] = []
     lat_ack: list[int] = []
-    stats = {"fetches": 0, "acks": 0, "records": 0, "empty": 0, "errors": 0, "ack_not_committed": 0,
-             "count_mismatch": 0, "error_samples": []}
+    stats = consume_stats()
 
     def error(what: str, status: int, body: bytes) -> None:
-        stats["errors"] += 1
-        if len(stats["error_samples"]) < 5:
-            stats["error_samples"].append(f"{what} {status} {body[:200]!r}")
+        record_error(stats, what, status, body)
 
     async def worker(base: str, conn: httpc.Connection) -> None:
         poll = httpc.get(f"{base}/records?timeout=1000", accept=BRIDGE_BINARY)
@@ -438,11 +449,7 @@ async def run_bridge_consume(spec: dict[str, Any]) -> dict[str, Any]:
     for base, conn in zip(bases, conns, strict=True):
         await conn.request(httpc.post(base, b"", method="DELETE", content_type=BRIDGE_V2))
         conn.close()
-    d = spec["duration"]
-    return {**stats, "duration_s": d, "records_per_s": stats["records"] / d,
-            "fetch_per_s": stats["fetches"] / d, "ack_per_s": stats["acks"] / d,
-            "message_latency_ms": percentiles(lat_msg), "ack_latency_ms": percentiles(lat_ack),
-            "loadgen_cpu_pct": round(100 * (win.cpu1 - win.cpu0) / d, 1)}
+    return consume_result(spec, stats, win, lat_msg, lat_ack)
 
 
 def main() -> None:

@@ -720,15 +720,13 @@ def run_bridge(stack: Stack, res: dict[str, Any], bs: str, args: argparse.Namesp
     for name in todo:
         spec = {**common, **specs[name]}
         want = spec.get("max", 500)  # 500: Kafka's default max.poll.records
+        if spec["kind"] == "produce":
+            create_topic("kafka", bs, spec["topic"], args.partitions)
         if running is None or running.extra["max_poll_records"] != want:
             if running is not None:
                 running.stop()
                 stack.services.remove(running)
-            if spec["kind"] == "produce":
-                create_topic("kafka", bs, spec["topic"], args.partitions)
             running = stack.add(bench_bridge.start(bs, want, RESULTS / "bridge.log"))
-        elif spec["kind"] == "produce":
-            create_topic("kafka", bs, spec["topic"], args.partitions)
         spec["port"] = running.port
         print(f"peer phase {name}: {spec['warmup']:g} s warm-up + {args.duration:g} s ...", flush=True)
         r = run_phase(stack, f"bridge-{name}", spec, {**named, "bridge": running.proc.pid},
