@@ -25,6 +25,8 @@ class Connection(asyncio.Protocol):
         self._waiter: asyncio.Future | None = None
         self._body: list[bytes] = []
         self._closed: asyncio.Future | None = None
+        #: The server (or the network) closed the connection.
+        self.lost = False
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -37,6 +39,7 @@ class Connection(asyncio.Protocol):
             self._fail(HttpError(f"bad response: {e}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
         self._fail(HttpError(f"connection lost: {exc}"))
 
     def _fail(self, exc: Exception) -> None:

@@ -31,6 +31,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import httpc
 
 HOST = "127.0.0.1"
+#: A connection kept while others are being placed is pinged again after this long (well under
+#: the gateway's 5 s idle timeout: see open_connections).
+KEEP_WARM_S = 1.0
 
 
 def percentiles(samples_ns: list[int]) -> dict[str, float]:
@@ -70,6 +73,17 @@ class Window:
         print("end", flush=True)
 
 
+async def _pinged(conn: httpc.Connection, ping: bytes) -> bool:
+    """Whether ``conn`` answered ``ping`` (False: the server had closed it)."""
+    if conn.lost:
+        return False
+    try:
+        await conn.request(ping)
+        return True
+    except (httpc.HttpError, RuntimeError):  # uvloop: "unable to perform operation on ..."
+        return False
+
+
 def _server_inodes(port: int, client_ports: set[int]) -> dict[int, str]:
     """Client port -> inode of the gateway-side socket of that connection (from /proc/net/tcp)."""
     out = {}
@@ -104,6 +118,12 @@ async def open_connections(port: int, n: int, workers: list[int]) -> tuple[list[
     ``workers`` given, connections are opened one by one (each one served once, so it is
     accepted) and a connection whose worker already has its share is set aside and closed at
     the end: the measured clients are split like a balancer (or SO_REUSEPORT) would split them.
+
+    Kept connections are pinged again while the others are placed: with many workers placing
+    takes seconds (each try reads /proc), and a connection left idle for the gateway's
+    ``keep_alive_timeout_ms`` (5 s) is closed by it, as it should be: the first measured request
+    on it then failed (``unable to perform operation on <TCPTransport closed=True>``: 8 workers,
+    64 connections, issue 23).
     """
     if not workers:
         return [await httpc.connect(HOST, port) for _ in range(n)], {"balanced": False}
@@ -113,8 +133,15 @@ async def open_connections(port: int, n: int, workers: list[int]) -> tuple[list[
     spare: list[httpc.Connection] = []
     ping = httpc.get("/healthz")
     attempts = 0
+    used: dict[httpc.Connection, float] = {}
+    owner: dict[httpc.Connection, int] = {}
     while len(keep) < n and attempts < 40 * n:
         attempts += 1
+        for c in list(keep):
+            if time.monotonic() - used[c] > KEEP_WARM_S and not await _pinged(c, ping):
+                keep.remove(c)  # closed all the same (a slower machine): its worker needs another
+                have[owner.pop(c)] -= 1
+            used[c] = time.monotonic()
         conn = await httpc.connect(HOST, port)
         await conn.request(ping)
         cport = conn._transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
@@ -123,6 +150,7 @@ async def open_connections(port: int, n: int, workers: list[int]) -> tuple[list[
         if pid and have[pid] < quota[pid]:
             have[pid] += 1
             keep.append(conn)
+            used[conn], owner[conn] = time.monotonic(), pid
         else:
             spare.append(conn)
             if len(spare) > 4 * n:  # the eager worker keeps winning: give the others time to wake
@@ -134,7 +162,12 @@ async def open_connections(port: int, n: int, workers: list[int]) -> tuple[list[
         c.close()
     while len(keep) < n:  # could not balance: take what comes
         keep.append(await httpc.connect(HOST, port))
-    return keep, {"balanced": all(have[p] == quota[p] for p in workers), "attempts": attempts,
+    await asyncio.sleep(0)  # a close the server sent with the last pings is seen now
+    lost = [i for i, c in enumerate(keep) if c.lost]
+    for i in lost:  # closed while idle all the same (a slower machine): a new one, unplaced
+        keep[i] = await httpc.connect(HOST, port)
+    return keep, {"balanced": all(have[p] == quota[p] for p in workers) and not lost,
+                  "attempts": attempts, "replaced": len(lost),
                   "per_worker": {str(p): have[p] for p in workers}}
 
 

@@ -561,6 +561,32 @@ def start_noopredis(stack: Stack, redis_url: str, workers: int) -> tuple[devstac
     return svc, pids
 
 
+def phase_specs(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Each phase's load-generator spec, without the port, connections and timing (the
+    caller's ``common``): bench/run.py's phases and bench/scaleout.py's are the same."""
+    return {
+        "noop": {"kind": "noop", "per_request": 0, "value_size": 0},
+        "noopredis": {"kind": "noop", "per_request": 0, "value_size": 0, "path": "/noop-redis"},
+        "p1": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p1", "per_request": 1,
+               "value_size": args.value_size},
+        "p100": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p100", "per_request": 100,
+                 "value_size": args.value_size},
+        "f32": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32", "max": 32,
+                "ack": "separate"},
+        "f1000": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f1000", "max": 1000,
+                  "ack": "separate"},
+        "f32pb": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32pb", "max": 32,
+                  "ack": "piggyback"},
+        "f32r": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32r", "max": 32,
+                 "ack": "separate", "rate": args.paced_rate},
+        "delay": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-delay", "per_request": 100,
+                  "value_size": args.value_size, "max_delay_ms": args.max_delay_ms},
+        "delayr": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-delayr", "per_request": 100,
+                   "value_size": args.value_size, "max_delay_ms": args.max_delay_ms,
+                   "rate": args.delay_rate},
+    }
+
+
 def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases: list[str],
                extra_env: dict[str, str], profile_dir: Path | None) -> dict[str, Any]:
     """Every measurement on one broker: its own Redis, broker, raw client, gateway and ceilings."""
@@ -605,28 +631,8 @@ def run_broker(stack: Stack, broker_name: str, args: argparse.Namespace, phases:
 
     common = {"port": gw.port, "concurrency": args.concurrency, "duration": args.duration,
               "warmup": args.warmup, "balance": [] if args.no_balance else workers}
-    specs: dict[str, dict[str, Any]] = {
-        "noop": {"kind": "noop", "per_request": 0, "value_size": 0},
-        "noopredis": {"kind": "noop", "per_request": 0, "value_size": 0, "path": "/noop-redis",
-                      "port": nr.port, "balance": [] if args.no_balance else nr_workers},
-        "p1": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p1", "per_request": 1,
-               "value_size": args.value_size},
-        "p100": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p100", "per_request": 100,
-                 "value_size": args.value_size},
-        "f32": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32", "max": 32,
-                "ack": "separate"},
-        "f1000": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f1000", "max": 1000,
-                  "ack": "separate"},
-        "f32pb": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32pb", "max": 32,
-                  "ack": "piggyback"},
-        "f32r": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32r", "max": 32,
-                 "ack": "separate", "rate": args.paced_rate},
-        "delay": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-delay", "per_request": 100,
-                  "value_size": args.value_size, "max_delay_ms": args.max_delay_ms},
-        "delayr": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-delayr", "per_request": 100,
-                   "value_size": args.value_size, "max_delay_ms": args.max_delay_ms,
-                   "rate": args.delay_rate},
-    }
+    specs = phase_specs(args)
+    specs["noopredis"].update(port=nr.port, balance=[] if args.no_balance else nr_workers)
     if args.secure:
         common["key"] = secure_setup(redis.extra["url"], gw.port, specs, phases)
     for name in phases:

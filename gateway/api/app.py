@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 
 from ..broker import Broker
 from ..config import Settings
-from ..ops import logs
+from ..ops import gc_tuning, logs
 from ..services import close_services, open_services
 from ..store import Redis
 from .access import App
@@ -45,7 +45,9 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None,
 
 
 def factory() -> Starlette:
-    """Entry point for ``uvicorn --factory gateway.api.app:factory``."""
+    """Entry point for ``uvicorn --factory gateway.api.app:factory`` (each worker calls it)."""
     settings = Settings.load()
     logs.configure(settings.log_level)
-    return create_app(settings)
+    app = create_app(settings)
+    gc_tuning.tune_for_serving()
+    return app

@@ -179,7 +179,7 @@ def encode_records(records: list[Record], encoding: str,
     b64 = encoding == "base64"
     k: str | None
     v: str | None
-    h: list[list[str | None]]
+    h: list[list[str | None]] | tuple[()]
     for r in records:
         key, value, headers = r.key, r.value, r.headers
         enc = "base64" if b64 else "utf8"
@@ -187,7 +187,8 @@ def encode_records(records: list[Record], encoding: str,
             try:
                 k = key.decode() if key is not None else None
                 v = value.decode() if value is not None else None
-                h = [[n, hv.decode() if hv is not None else None] for n, hv in headers]
+                h = [[n, hv.decode() if hv is not None else None] for n, hv in headers] \
+                    if headers else ()  # an empty tuple is no new GC-tracked object: _record
             except UnicodeDecodeError:
                 enc = "base64"
         if enc == "base64":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 
@@ -82,7 +83,8 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]
+    #: A list, or the empty tuple for none (no new GC-tracked object: kafka/fetch.py ``_record``).
+    headers: Sequence[tuple[str, bytes]]
     timestamp: int  # ms since the epoch, -1 if the broker gave none
     #: The record's tag (RocketMQ's TAGS), None where the broker has none.
     tag: str | None = None

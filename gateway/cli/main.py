@@ -224,11 +224,12 @@ def relay(args: argparse.Namespace) -> int:
     import asyncio
 
     from ..config import Settings
-    from ..ops import logs
+    from ..ops import gc_tuning, logs
     from ..services import close_services, open_services
 
     settings = Settings.load()
     logs.configure(settings.log_level)
+    gc_tuning.tune_for_serving()
 
     async def run() -> None:
         services = await open_services(settings, serve=False)  # restores; HTTP nodes save
