@@ -709,18 +709,17 @@ def run_bridge(stack: Stack, res: dict[str, Any], bs: str, args: argparse.Namesp
     res["peer"] = peer
     common = {"concurrency": args.concurrency, "duration": args.duration, "warmup": args.warmup,
               "balance": [], "dialect": "bridge"}
+    # The gateway's phases in the bridge's dialect: its own topics and groups, its health route;
+    # the 16 instances join one group one by one (the broker's first rebalance waits
+    # group.initial.rebalance.delay.ms, 3 s), so a consume window opens after the group settled.
+    ours = phase_specs(args)
+    settle = max(args.warmup, 8.0)
     specs: dict[str, dict[str, Any]] = {
-        "noop": {"kind": "noop", "per_request": 0, "value_size": 0, "path": "/healthy"},
-        "p1": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-bridge-p1", "per_request": 1,
-               "value_size": args.value_size},
-        "p100": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-bridge-p100", "per_request": 100,
-                 "value_size": args.value_size},
-        # the 16 instances join one group one by one: the broker's first rebalance waits
-        # group.initial.rebalance.delay.ms (3 s), so the window opens after the group settled
-        "f32": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-bridge-f32", "max": 32,
-                "warmup": max(args.warmup, 8.0)},
-        "f1000": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-bridge-f1000",
-                  "max": 1000, "warmup": max(args.warmup, 8.0)},
+        "noop": {**ours["noop"], "path": "/healthy"},
+        "p1": {**ours["p1"], "topic": f"{PRODUCE_TOPIC}-bridge-p1"},
+        "p100": {**ours["p100"], "topic": f"{PRODUCE_TOPIC}-bridge-p100"},
+        "f32": {**ours["f32"], "group": "bench-bridge-f32", "warmup": settle},
+        "f1000": {**ours["f1000"], "group": "bench-bridge-f1000", "warmup": settle},
     }
     running: devstack.Service | None = None
     for name in todo:

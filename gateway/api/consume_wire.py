@@ -1,5 +1,5 @@
-"""The JSON wire format of consuming: the fetch, ack, nack and unlock answers, and the parameter
-names of ``/message``, ``/ack``, ``/nack`` and ``/unlock``.
+"""The JSON wire format of consuming: the fetch, ack, nack, extend and unlock answers, and the
+parameter names of ``/message``, ``/ack``, ``/nack``, ``/extend`` and ``/unlock``.
 
 On the way out a record is UTF-8 text, or base64 when asked for or when it is not valid UTF-8.
 Only the wire modules know the camelCase field names.
@@ -18,15 +18,26 @@ from ..core.nack import Failed
 from ..core.names import check_name, check_public_topic, internal_topic_prefixes
 from ..core.retry import attempt_of
 from ..core.views import QueueRow
-from ..store import AckOutcome, AckResult, Credential, UnlockOutcome, UnlockResult, now_ms
+from ..store import (
+    AckOutcome,
+    AckResult,
+    Credential,
+    ExtendOutcome,
+    ExtendResult,
+    UnlockOutcome,
+    UnlockResult,
+    now_ms,
+)
 from .http import Params
 from .numbers import json_int
 from .produce_wire import MAX_DUE
 
 #: The parameters of /message, and of /ack and /unlock: anything else is refused, since a typo
 #: (``maxx=5``) would otherwise lock a queue with the default batch size.
-FETCH_PARAMS = frozenset({"consumer", "topic", "clientId", "max", "wait_ms", "encoding", "requestId",
-                          "tag"})
+FETCH_PARAMS = frozenset({"consumer", "topic", "clientId", "max", "max_bytes", "wait_ms", "encoding",
+                          "requestId", "tag"})
+#: The largest ``max_bytes`` (a 32-bit signed integer, as Kafka's ``fetch.max.bytes``).
+MAX_BYTES = (1 << 31) - 1
 BATCH_PARAMS = frozenset({"requestId"})
 ACK_PARAMS = frozenset({"requestId", "failed"})
 NACK_PARAMS = frozenset({"requestId", "failed", "delayMs"})
@@ -50,6 +61,7 @@ def fetch_request(p: Params, s: Settings, address: str,
         client_id=check_name(p.get("clientId"), "clientId", required=False),
         topic=check_public_topic(p.get("topic"), internal_topic_prefixes(s)),
         max_messages=p.integer("max", s.default_max_messages, 1, s.max_messages),
+        max_bytes=p.integer("max_bytes", 0, 1, MAX_BYTES),
         wait_ms=p.integer("wait_ms", 0, 0, s.max_wait_ms),
         address=address,
         ack_request_id=rid,
@@ -213,6 +225,28 @@ def with_ack_error(r: AckResult, body: dict[str, Any]) -> dict[str, Any]:
     if r.result not in (AckOutcome.COMMITTED, AckOutcome.ALREADY_COMMITTED):
         body["error"] = {"code": r.result.value if r.result is not AckOutcome.UNKNOWN
                          else "unknown_queue", "message": body["message"]}
+    return body
+
+
+_EXTEND_REFUSED = {
+    ExtendOutcome.ALREADY_COMMITTED: "this batch is committed; there is no lock to extend",
+    ExtendOutcome.LOCK_LOST: _ACK_MESSAGE[AckOutcome.LOCK_LOST],
+    ExtendOutcome.OFFSET_RESET: _ACK_MESSAGE[AckOutcome.OFFSET_RESET],
+    ExtendOutcome.OFFSET_MISMATCH: _ACK_MESSAGE[AckOutcome.OFFSET_MISMATCH],
+    ExtendOutcome.NOT_LOCKED: "this batch was handed back (/unlock); it will be redelivered",
+    ExtendOutcome.UNKNOWN: _ACK_MESSAGE[AckOutcome.UNKNOWN],
+}
+
+
+def extend_body(r: ExtendResult) -> dict[str, Any]:
+    """``/extend``'s answer: the new lock timeout, or why the batch's lock is not held (its code
+    is the outcome, ``unknown_queue`` for none, as ``with_ack_error`` names them)."""
+    body: dict[str, Any] = {"result": r.result.value, "committedOffset": r.committed}
+    if r.result is ExtendOutcome.EXTENDED:
+        body["lockTimeoutMs"] = r.timeout_ms
+    else:
+        body["error"] = {"code": r.result.value if r.result is not ExtendOutcome.UNKNOWN
+                         else "unknown_queue", "message": _EXTEND_REFUSED[r.result]}
     return body
 
 

@@ -32,7 +32,7 @@ from ..core.errors import (
     Unauthenticated,
 )
 from ..ops import metrics
-from ..store import UNAVAILABLE, AckOutcome, UnlockOutcome
+from ..store import UNAVAILABLE, AckOutcome, ExtendOutcome, UnlockOutcome
 from .http import JSON
 
 log = logging.getLogger("mqgw")
@@ -92,6 +92,10 @@ def unavailable_body(exc: Exception) -> tuple[str, dict[str, Any]]:
 ACK_STATUS = {AckOutcome.COMMITTED: 200, AckOutcome.ALREADY_COMMITTED: 200,
               AckOutcome.LOCK_LOST: 409, AckOutcome.OFFSET_RESET: 409,
               AckOutcome.OFFSET_MISMATCH: 409, AckOutcome.UNKNOWN: 404}
+EXTEND_STATUS = {ExtendOutcome.EXTENDED: 200, ExtendOutcome.ALREADY_COMMITTED: 409,
+                 ExtendOutcome.LOCK_LOST: 409, ExtendOutcome.OFFSET_RESET: 409,
+                 ExtendOutcome.OFFSET_MISMATCH: 409, ExtendOutcome.NOT_LOCKED: 409,
+                 ExtendOutcome.UNKNOWN: 404}
 UNLOCK_STATUS = {UnlockOutcome.UNLOCKED: 200, UnlockOutcome.NOT_LOCKED: 200,
                  UnlockOutcome.LOCK_LOST: 409, UnlockOutcome.UNKNOWN: 404}
 #: The status a request is counted and logged with when its client left before the body arrived

@@ -27,6 +27,7 @@ from .consume_wire import (
     NACK_PARAMS,
     ack_body,
     clients_body,
+    extend_body,
     failed_body,
     fetch_request,
     fetched_body,
@@ -36,7 +37,7 @@ from .consume_wire import (
     unlock_body,
     with_ack_error,
 )
-from .errors import ACK_STATUS, UNLOCK_STATUS, ApiError
+from .errors import ACK_STATUS, EXTEND_STATUS, UNLOCK_STATUS, ApiError
 from .http import JSON, NO_PARAMS, api_credential, check_query, params, read_json, services
 from .produce_wire import cancelled_body, parse_produce, produced_body
 
@@ -151,6 +152,14 @@ async def nack_route(request: Request) -> Response:
     return _ack_response(f.ack, failed_body(f))
 
 
+async def extend_route(request: Request) -> Response:
+    """POST /extend: hold the batch's queue for another lock timeout, from now."""
+    gw = services(request)
+    credential = api_credential(request)
+    r = await gw.consume.extend(request_id(await params(request, BATCH_PARAMS)), credential)
+    return JSON(extend_body(r), status_code=EXTEND_STATUS[r.result])
+
+
 async def unlock_route(request: Request) -> Response:
     gw = services(request)
     credential = api_credential(request)
@@ -223,6 +232,7 @@ data_routes = [
     route("/message", key_first(message_route), methods=["GET", "POST"]),
     route("/ack", key_first(ack_route), methods=["POST"]),
     route("/nack", key_first(nack_route), methods=["POST"]),
+    route("/extend", key_first(extend_route), methods=["POST"]),
     route("/unlock", key_first(unlock_route), methods=["POST"]),
     # Matched in order, one regex each: the hot paths first, then the probes.
     route("/healthz", healthz, methods=["GET"]),

@@ -23,6 +23,7 @@ from .base import (
     TopicRefused,
     UnknownTopic,
     check_queue_id,
+    payload_bytes,
 )
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ __all__ = [
     "UnknownTopic",
     "check_queue_id",
     "create",
+    "payload_bytes",
 ]
 
 #: Broker names accepted by the ``broker`` setting.

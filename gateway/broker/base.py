@@ -90,6 +90,13 @@ class Record:
     tag: str | None = None
 
 
+def payload_bytes(key: bytes | None, value: bytes | None,
+                  headers: Sequence[tuple[str, bytes]]) -> int:
+    """A record's size as the gateway counts it (a fetch's ``max_bytes``, a produce's "too
+    large" message): key, value, and each header's name and value."""
+    return len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers)
+
+
 class SkipReason(str, Enum):
     OUT_OF_RETENTION = "out_of_retention"  # the start offset was deleted by retention
     GAP = "gap"  # offsets with no record before the first returned one (compaction, markers)

@@ -1,11 +1,11 @@
-"""The consume service: ``/message``, ``/ack`` and ``/unlock`` as one object. It returns typed
-results and raises domain errors; the HTTP layer turns those into bodies and statuses, and the
-broker adapter owns its offsets.
+"""The consume service: ``/message``, ``/ack``, ``/extend`` and ``/unlock`` as one object. It
+returns typed results and raises domain errors; the HTTP layer turns those into bodies and
+statuses, and the broker adapter owns its offsets.
 
 ``/message`` = (optional piggy-backed ack) -> the fetch path (core/fetch.py: choose+lock one
-queue, read it, or wait). ``/ack`` and ``/unlock`` act on the batch a signed requestId names
-(core/requestid.py), on any node: each is one script call, and a freed queue wakes one poll of
-this process waiting for it. Whether a consumer's retry topic is worth a look is
+queue, read it, or wait). ``/ack``, ``/extend`` and ``/unlock`` act on the batch a signed
+requestId names (core/requestid.py), on any node: each is one script call, and a freed queue
+wakes one poll of this process waiting for it. Whether a consumer's retry topic is worth a look is
 core/retry_topics.py's.
 """
 
@@ -16,7 +16,16 @@ from dataclasses import replace
 
 from ..broker import Broker
 from ..config import Settings
-from ..store import AckOutcome, AckResult, Credential, OffsetStore, UnlockOutcome, UnlockResult
+from ..store import (
+    AckOutcome,
+    AckResult,
+    Credential,
+    ExtendOutcome,
+    ExtendResult,
+    OffsetStore,
+    UnlockOutcome,
+    UnlockResult,
+)
 from .auth import Authorizer
 from .checkpoint import Checkpoints
 from .errors import invalid
@@ -103,6 +112,18 @@ class ConsumeService:
             self.on_ack(r)
         if wake and r.result is AckOutcome.COMMITTED:  # the queue is free, and may hold more
             self.room.wake((ref.topic, ref.consumer, ref.client_id))
+        return r
+
+    async def extend(self, request_id: str, credential: Credential | None = None) -> ExtendResult:
+        """Hold the batch's queue for another lock timeout, from now (a handler that needs
+        longer than the timeout calls it before the lock runs out)."""
+        ref = self.decode(request_id)
+        r = await self.store.extend(ref.consumer, ref.client_id, ref.topic, ref.queue, ref.offset,
+                                    ref.next_offset, ref.token,
+                                    default_timeout_ms=self.settings.consume_timeout_ms,
+                                    credential=credential)
+        if r.result is ExtendOutcome.UNAUTHORIZED:
+            raise await self.auth.consume_refused(credential, ref.consumer)
         return r
 
     async def unlock(self, request_id: str, credential: Credential | None = None) -> UnlockResult:

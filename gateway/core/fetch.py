@@ -15,7 +15,15 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..broker import Broker, BrokerUnavailable, Capability, Record, Skipped, UnknownTopic
+from ..broker import (
+    Broker,
+    BrokerUnavailable,
+    Capability,
+    Record,
+    Skipped,
+    UnknownTopic,
+    payload_bytes,
+)
 from ..config import Settings
 from ..store import (
     AckResult,
@@ -105,6 +113,10 @@ class FetchParams:
     #: Only records with one of these tags (a broker with Capability.TAG_FILTER); the others
     #: are stepped over and committed past, as a RocketMQ subscription does.
     tags: frozenset[str] | None = None
+    #: The most bytes of records (``payload_bytes``) a batch holds, 0 for no limit. The first
+    #: record counts whatever its size, as Kafka's ``fetch.max.bytes`` does: a queue whose next
+    #: record is larger than the limit would otherwise never move.
+    max_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,8 +354,9 @@ class Fetcher:
             await asyncio.shield(self._give_back(p, topic, lock))
             raise
         self.wm.observe(topic, lock.queue, res.high_watermark)
-        if lock.charged and len(res.records) < lock.allowance:  # rare: a read came back short
-            await self.store.refund(p.consumer, lock.allowance - len(res.records))
+        records, next_offset = within_bytes(res.records, res.next_offset, p.max_bytes)
+        if lock.charged and len(records) < lock.allowance:  # a read came back short, or trimmed
+            await self.store.refund(p.consumer, lock.allowance - len(records))
         if not res.records:
             if res.next_offset > start:  # nothing readable past a skip: move past it ourselves
                 await self.store.ack(p.consumer, p.client_id, topic, lock.queue, start,
@@ -355,11 +368,24 @@ class Fetcher:
                                         res.high_watermark)
             return None
         ref = BatchRef(self.broker.name, p.consumer, p.client_id, topic, lock.queue, start,
-                       res.next_offset, lock.token, res.high_watermark, fetched,
+                       next_offset, lock.token, res.high_watermark, fetched,
                        tag_expression(p.tags))
         return Batch(
             request_id=self.codec.encode(ref), topic=topic, queue=lock.queue, offset=start,
-            next_offset=res.next_offset,
+            next_offset=next_offset,
             backlog=max(lock.max_offset, res.high_watermark) - start,
-            redelivered=redelivered, lock_timeout_ms=lock.timeout_ms, records=res.records,
+            redelivered=redelivered, lock_timeout_ms=lock.timeout_ms, records=records,
             skipped=res.skipped)
+
+
+def within_bytes(records: list[Record], next_offset: int, max_bytes: int) -> tuple[list[Record], int]:
+    """The records of a read that fit in ``max_bytes`` (0: all), the first one always, and the
+    offset after the last one kept: where the batch's ack moves the committed offset."""
+    if not max_bytes or len(records) < 2:
+        return records, next_offset
+    total = 0
+    for i, r in enumerate(records):
+        total += payload_bytes(r.key, r.value, r.headers)
+        if total > max_bytes and i > 0:
+            return records[:i], records[i - 1].offset + 1
+    return records, next_offset

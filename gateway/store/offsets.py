@@ -150,6 +150,20 @@ class UnlockOutcome(str, Enum):
     UNAUTHORIZED = "unauthorized"
 
 
+class ExtendOutcome(str, Enum):
+    """What extend.lua decided, the first element of its reply (``unauthorized`` never leaves
+    the core: it becomes an error)."""
+
+    EXTENDED = "extended"
+    ALREADY_COMMITTED = "already_committed"
+    LOCK_LOST = "lock_lost"
+    OFFSET_RESET = "offset_reset"
+    OFFSET_MISMATCH = "offset_mismatch"
+    NOT_LOCKED = "not_locked"  # handed back with /unlock: redelivered, not held again
+    UNKNOWN = "unknown"
+    UNAUTHORIZED = "unauthorized"
+
+
 class ProduceVerdict(str, Enum):
     """What produce_check.lua decided, the first element of its reply."""
 
@@ -173,6 +187,12 @@ class UnlockResult(NamedTuple):
     committed: int
 
 
+class ExtendResult(NamedTuple):
+    result: ExtendOutcome
+    committed: int
+    timeout_ms: int  # the lock's new timeout, from now; 0 unless extended
+
+
 class OffsetStore:
     def __init__(self, redis: Redis, prefix: str = "mqgw") -> None:
         self.redis = redis  # for this package (and tests that inspect Redis); nobody else
@@ -181,6 +201,7 @@ class OffsetStore:
         self._choose = scripts.register(redis, "choose")
         self._ack = scripts.register(redis, "ack")
         self._unlock = scripts.register(redis, "unlock")
+        self._extend = scripts.register(redis, "extend")
         self._wm_get = scripts.register(redis, "watermarks")
         self._wm_put = scripts.register(redis, "watermarks_put")
         self._reset = scripts.register(redis, "reset")
@@ -315,6 +336,19 @@ class OffsetStore:
                                args=[f"{topic}:{queue}:", token, high_watermark,
                                      int(credential is not None), cred.key_id, cred.sha256])
         return UnlockResult(UnlockOutcome(text(r[0])), int(r[1]))
+
+    async def extend(
+        self, consumer: str, client_id: str, topic: str, queue: str, offset: int, next_offset: int,
+        token: int, *, default_timeout_ms: int, credential: Credential | None = None,
+        now: int | None = None,
+    ) -> ExtendResult:
+        """Start the batch's lock timeout again if its lock token and offsets still hold."""
+        cred = credential or NO_CREDENTIAL
+        keys = [self.queues_key(consumer, client_id), self.config_key(consumer), self.grants_key(consumer)]
+        r = await self._extend(keys=keys, args=[
+            f"{topic}:{queue}:", offset, next_offset, token, now or now_ms(), default_timeout_ms,
+            int(credential is not None), cred.key_id, cred.sha256])
+        return ExtendResult(ExtendOutcome(text(r[0])), int(r[1]), int(r[2]))
 
     async def mark_seen(self, consumer: str) -> None:
         """List a consumer that fetched (each process re-adds its consumers once a minute), for

@@ -57,6 +57,7 @@ def test_every_caller_against_every_action(sec: Secure, make_topic: Callable[...
         "message-unknown-topic": lambda k: sec.call("GET", "/message", k, 0, params={
             "consumer": g, "topic": "no-such-topic-" + g}),  # no topic probing without a key
         "ack": lambda k: sec.call("POST", "/ack", k, 1, json={"requestId": batch["requestId"]}),
+        "extend": lambda k: sec.call("POST", "/extend", k, 1, json={"requestId": unlock_batch["requestId"]}),
         "unlock": lambda k: sec.call("POST", "/unlock", k, 0, json={"requestId": unlock_batch["requestId"]}),
         "queues-view": lambda k: sec.call("GET", f"/consumers/{g}/queues", k, 1),
         "clients-view": lambda k: sec.call("GET", f"/consumers/{g}/clients", k, 0),
@@ -72,6 +73,7 @@ def test_every_caller_against_every_action(sec: Secure, make_topic: Callable[...
         "message-unknown-topic": {**bad, "admin": 403, "producer": 403, "consumer": 404,
                                   "other-consumer": 403},
         "ack": {**bad, "admin": 403, "producer": 403, "consumer": 200, "other-consumer": 403},
+        "extend": {**bad, "admin": 403, "producer": 403, "consumer": 200, "other-consumer": 403},
         "unlock": {**bad, "admin": 403, "producer": 403, "consumer": 200, "other-consumer": 403},
         "queues-view": {**bad, "admin": 200, "producer": 403, "consumer": 200, "other-consumer": 403},
         "clients-view": {**bad, "admin": 200, "producer": 403, "consumer": 200, "other-consumer": 403},
@@ -214,6 +216,7 @@ BAD_INPUT: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "/ack", {"json": {}}),
     ("POST", "/ack", {"json": {"requestId": "garbage"}}),
     ("POST", "/nack", {"json": {"requestId": "garbage", "failed": "x"}}),
+    ("POST", "/extend", {"json": {"requestId": 5}}),
     ("POST", "/unlock", {"json": {"requestId": 5}}),
     ("DELETE", "/delayed/garbage", {}),
     ("GET", "/consumers/a:b/queues", {}),

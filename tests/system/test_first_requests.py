@@ -24,8 +24,13 @@ def test_make_run_installs_only_what_run_needs() -> None:
 
 
 def test_docs_list_the_ack_checks_in_the_order_ack_lua_makes_them() -> None:
-    lua = (ROOT / "gateway" / "store" / "lua" / "ack.lua").read_text()
-    order = [r for r in re.findall(r"return \{'([a-z_]+)'", lua) if r != "committed"]
+    """ack.lua checks the key, then the batch (the prelude's ``batch_refusal``, which extend.lua
+    shares), in the order the docs list."""
+    lua_dir = ROOT / "gateway" / "store" / "lua"
+    ack, prelude = (lua_dir / "ack.lua").read_text(), (lua_dir / "prelude.lua").read_text()
+    assert ack.index("'unauthorized'") < ack.index("batch_refusal(")
+    batch = prelude.split("local function batch_refusal", 1)[1].split("\nend\n", 1)[0]
+    order = ["unauthorized", *re.findall(r"return '([a-z_]+)'", batch)]
     doc = (ROOT / "docs" / "delivery-semantics.md").read_text()
     block = doc.split("**Ack rules.**", 1)[1].split("\n2. ", 1)[0].split("\n4. ", 1)[0]
     listed = re.findall(r"→ `([a-z_]+)`", block)

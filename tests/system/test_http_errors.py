@@ -45,6 +45,8 @@ def test_message_parameter_errors(api: Api, topic: str) -> None:
         ({"consumer": g, "topic": topic, "max": "ten"}, 400, "invalid_max"),
         ({"consumer": g, "topic": topic, "wait_ms": -1}, 400, "invalid_wait_ms"),
         ({"consumer": g, "topic": topic, "wait_ms": 30001}, 400, "invalid_wait_ms"),
+        ({"consumer": g, "topic": topic, "max_bytes": 0}, 400, "invalid_max_bytes"),
+        ({"consumer": g, "topic": topic, "max_bytes": 2**31}, 400, "invalid_max_bytes"),
         ({"consumer": g, "topic": topic, "encoding": "latin1"}, 400, "invalid_encoding"),
         ({"consumer": g, "topic": topic, "requestId": "forged"}, 400, "invalid_request_id"),
     ]

@@ -133,6 +133,11 @@ def ack(api: Api, rid: str, status: int = 200, headers: dict[str, str] | None = 
     return call(api, "POST", "/ack", status=status, json={"requestId": rid}, headers=headers)
 
 
+def extend(api: Api, rid: str, status: int = 200, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    check_request_body({"requestId": rid}, "/extend", "post")
+    return call(api, "POST", "/extend", status=status, json={"requestId": rid}, headers=headers)
+
+
 def unlock(api: Api, rid: str, status: int = 200, headers: dict[str, str] | None = None) -> dict[str, Any]:
     return call(api, "POST", "/unlock", status=status, json={"requestId": rid}, headers=headers)
 
@@ -401,6 +406,50 @@ def test_produce_fetch_ack_empty(api: Api, make_topic: Callable[..., str], done:
          params={"consumer": g, "topic": topic, "requestId": forge(rid)})
     call(api, "POST", "/ack", status=400, code="invalid_request_id", json={"requestId": forge(rid)})
     call(api, "POST", "/unlock", status=400, code="invalid_request_id", json={"requestId": forge(rid)})
+    done()
+
+
+def test_extend_on_any_node_and_its_refusals(
+        node_factory: Callable[..., Any], make_topic: Callable[..., str], done: Callable[[], None]) -> None:
+    """/extend through the other node than the fetch's, then its 409 shapes. That an extended
+    lock outlives its first timeout is proven on a test clock (tests/unit/test_consume.py), with
+    no sleep here."""
+    nodes = [node_factory(consume_timeout_ms=7000) for _ in range(2)]
+    a, b = Api([nodes[0].url]), Api([nodes[1].url])
+    topic, g = make_topic(1), unique()
+    configure(a, g, {"start": "earliest"})
+    produce(a, {"topic": topic, "messages": [{"value": "slow"}]})
+    first = fetch_ok(a, None, consumer=g, topic=topic)
+    body = extend(b, first["requestId"])  # the requestId says it all: any node
+    assert (body["result"], body["lockTimeoutMs"], body["committedOffset"]) == ("extended", 7000, first["offset"])
+    assert ack(b, first["requestId"])["result"] == "committed"
+    gone = extend(a, first["requestId"], status=409)
+    assert gone["result"] == gone["error"]["code"] == "already_committed"
+    produce(a, {"topic": topic, "messages": [{"value": "lost"}]})
+    held = fetch_ok(a, None, consumer=g, topic=topic)
+    assert unlock(a, held["requestId"])["result"] == "unlocked"
+    handed_back = extend(b, held["requestId"], status=409)
+    assert handed_back["result"] == handed_back["error"]["code"] == "not_locked"
+    again = fetch_ok(b, None, consumer=g, topic=topic)  # redelivered at once after the unlock
+    lost = extend(a, held["requestId"], status=409)
+    assert lost["result"] == lost["error"]["code"] == "lock_lost"
+    assert ack(b, again["requestId"])["result"] == "committed"
+    call(a, "POST", "/extend", status=400, code="invalid_request_id", json={"requestId": forge(held["requestId"])})
+    done()
+
+
+def test_max_bytes_ends_the_batch_and_the_ack_commits_up_to_there(
+        api: Api, make_topic: Callable[..., str], done: Callable[[], None]) -> None:
+    topic, g = make_topic(1), unique()
+    configure(api, g, {"start": "earliest"})
+    produce(api, {"topic": topic, "messages": [{"value": v * 10} for v in "abc"]})
+    q = {"consumer": g, "topic": topic, "wait_ms": 5000}
+    body = call(api, "GET", "/message", status=200, params={**q, "max_bytes": 15})
+    assert [m["value"] for m in body["messages"]] == ["a" * 10] and body["nextOffset"] == body["offset"] + 1
+    ack = call(api, "POST", "/ack", status=200, params={"requestId": body["requestId"]})
+    assert ack["committedOffset"] == body["nextOffset"]
+    body = call(api, "POST", "/message", status=200, json={**q, "max_bytes": 25})
+    assert [m["value"] for m in body["messages"]] == ["b" * 10, "c" * 10]
     done()
 
 
@@ -951,6 +1000,7 @@ ERROR_CASES: list[Any] = [
     ("message-max-0", "GET", "/message", "/message", {"params": {"consumer": "g", "topic": "{topic}", "max": "0"}}, 400, "invalid_max"),
     ("message-max-1001", "GET", "/message", "/message", {"params": {"consumer": "g", "topic": "{topic}", "max": "1001"}}, 400, "invalid_max"),
     ("message-max-text", "GET", "/message", "/message", {"params": {"consumer": "g", "topic": "{topic}", "max": "ten"}}, 400, "invalid_max"),
+    ("message-max-bytes-0", "GET", "/message", "/message", {"params": {"consumer": "g", "topic": "{topic}", "max_bytes": "0"}}, 400, "invalid_max_bytes"),
     ("message-wait-negative", "GET", "/message", "/message", {"params": {"consumer": "g", "topic": "{topic}", "wait_ms": "-1"}}, 400, "invalid_wait_ms"),
     ("message-wait-too-long", "GET", "/message", "/message", {"params": {"consumer": "g", "topic": "{topic}", "wait_ms": "30001"}}, 400, "invalid_wait_ms"),
     ("message-encoding", "GET", "/message", "/message", {"params": {"consumer": "g", "topic": "{topic}", "encoding": "latin1"}}, 400, "invalid_encoding"),
@@ -987,6 +1037,8 @@ ERROR_CASES: list[Any] = [
     ("ack-json", "POST", "/ack", "/ack", {"content": b"{", "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
     ("ack-body", "POST", "/ack", "/ack", {"json": "requestId"}, 400, "invalid_body"),
     ("ack-query-garbage", "POST", "/ack", "/ack", {"params": {"requestId": "garbage"}}, 400, "invalid_request_id"),
+    ("extend-missing", "POST", "/extend", "/extend", {"json": {}}, 400, "missing_request_id"),
+    ("extend-garbage", "POST", "/extend", "/extend", {"json": {"requestId": "AAAA"}}, 400, "invalid_request_id"),
     ("unlock-missing", "POST", "/unlock", "/unlock", {"json": {}}, 400, "missing_request_id"),
     ("unlock-garbage", "POST", "/unlock", "/unlock", {"json": {"requestId": "AAAA"}}, 400, "invalid_request_id"),
     ("produce-producer-name", "POST", "/produce", "/produce", {"json": {"topic": "{topic}", "producer": "a:b", "value": "x"}}, 400, "invalid_producer"),
@@ -1211,7 +1263,7 @@ def test_body_too_large(node_factory: Callable[..., Node], shared_topic: str, do
     try:
         big = {"topic": shared_topic, "value": "x" * 1000}
         cases = [("POST", "/produce", "/produce"), ("POST", "/message", "/message"), ("POST", "/ack", "/ack"),
-                 ("POST", "/nack", "/nack"), ("POST", "/unlock", "/unlock"),
+                 ("POST", "/nack", "/nack"), ("POST", "/extend", "/extend"), ("POST", "/unlock", "/unlock"),
                  ("POST", "/admin/consumers/g/dead-letters/redrive",
                   "/admin/consumers/{consumer}/dead-letters/redrive"), ("PUT", "/admin/consumers/g", "/admin/consumers/{consumer}"),
                  ("PATCH", "/admin/consumers/g", "/admin/consumers/{consumer}"),
@@ -1267,6 +1319,7 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
             ("POST", "/message", "/message", {"json": {"consumer": "g", "topic": shared_topic}}),
             ("POST", "/ack", "/ack", {"json": {"requestId": rid}}),
             ("POST", "/nack", "/nack", {"json": {"requestId": rid}}),
+            ("POST", "/extend", "/extend", {"json": {"requestId": rid}}),
             ("POST", "/unlock", "/unlock", {"json": {"requestId": rid}}),
             ("POST", "/produce", "/produce", {"json": {"topic": shared_topic, "producer": "p", "value": "x"}}),
             ("DELETE", f"/delayed/{DelayIds(HMAC_KEY).new(2 ** 42, shared_topic)}?producer=p",

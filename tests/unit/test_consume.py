@@ -272,3 +272,81 @@ async def test_records_keep_key_headers_and_bytes(gw: Gateway, broker: MemoryBro
     assert got.batch is not None
     raw = got.batch.records[1]
     assert (raw.key, raw.value, raw.headers, raw.timestamp) == (b"\xff", b"\xfe\x00", [("h", b"\x80")], 5)
+
+
+async def test_max_bytes_ends_a_batch_and_its_ack_commits_up_to_there(
+        gw: Gateway, broker: MemoryBroker, clock: Clock) -> None:
+    """``max_bytes`` counts key, value and headers; the batch ends before the record that would
+    pass it, the ack commits only what was returned, and the rest comes next. The first record
+    comes whatever its size (a larger record must not stall its queue), and the rate-limit
+    tokens of records not returned are given back."""
+    clock.freeze()
+    produce(broker, 1, "aaaa", "bbbb", "cccc", "d" * 50, "eeee")
+    await gw.store.set_config(C, {"rate": "1.0", "burst": "10"})
+    got = await gw.fetch(C, max_bytes=9)  # 4 + 4 fit, the third would make 12
+    assert got.batch and values(got) == ["aaaa", "bbbb"] and got.batch.next_offset == 2
+    assert (await gw.consume.ack(got.batch.request_id)).committed == 2
+    tokens = float(await gw.store.redis.hget(gw.store.bucket_key(C), "tokens") or 0)
+    assert tokens == pytest.approx(8.0)  # 10 charged for the lock, 8 given back
+    got = await gw.fetch(C, max_bytes=4)
+    assert got.batch and values(got) == ["cccc"]
+    await gw.consume.ack(got.batch.request_id)
+    got = await gw.fetch(C, max_bytes=4)  # larger than the limit, and first: returned all the same
+    assert got.batch and values(got) == ["d" * 50] and got.batch.next_offset == 4
+    await gw.consume.ack(got.batch.request_id)
+    got = await gw.fetch(C, max_bytes=1_000_000)
+    assert got.batch and values(got) == ["eeee"] and got.batch.next_offset == 5
+
+
+async def test_max_bytes_counts_keys_and_headers(gw: Gateway, broker: MemoryBroker) -> None:
+    broker.create(T, 1)
+    broker.logs[T]["0"][0] = Record(0, b"kk", b"vv", [("h", b"123")], 0)  # 2 + 2 + 1 + 3 = 8
+    broker.logs[T]["0"][1] = Record(1, None, b"x", [], 0)
+    broker.end[(T, "0")] = 2
+    got = await gw.fetch(C, max_bytes=8)
+    assert got.batch and [r.offset for r in got.batch.records] == [0]
+    await gw.consume.unlock(got.batch.request_id)
+    got = await gw.fetch(C, max_bytes=9)
+    assert got.batch and [r.offset for r in got.batch.records] == [0, 1]
+
+
+async def test_extend_holds_the_queue_for_another_timeout(
+        make_gateway: Any, broker: MemoryBroker, clock: Clock) -> None:
+    """extend.lua: the lock starts again now, so no other node takes the queue while a long
+    handler works; the ack then commits as usual."""
+    produce(broker, 1, "x1", "x2")
+    n0, n1 = make_gateway(consume_timeout_ms=10_000), make_gateway(consume_timeout_ms=10_000)
+    a = await n0.fetch(C)
+    assert a.batch is not None
+    for _ in range(3):  # 3 x 8 s: far past the 10 s timeout in all
+        clock.advance(8_000)
+        r = await n1.consume.extend(a.batch.request_id)  # any node: the requestId says it all
+        assert (r.result, r.committed, r.timeout_ms) == ("extended", 0, 10_000)
+        assert (await n1.fetch(C)).status == "empty"  # still held
+    assert (await n0.consume.ack(a.batch.request_id)).lock_state == "held"
+    r = await n0.consume.extend(a.batch.request_id)
+    assert (r.result, r.committed, r.timeout_ms) == ("already_committed", 2, 0)
+
+
+async def test_extend_is_refused_once_the_lock_is_lost_or_handed_back(
+        gw: Gateway, broker: MemoryBroker, clock: Clock) -> None:
+    produce(broker, 1, "y1")
+    a = await gw.fetch(C)
+    assert a.batch is not None
+    clock.advance(5_000)  # past the 1 s timeout, but nobody took the queue: held again
+    assert (await gw.consume.extend(a.batch.request_id)).result == "extended"
+    assert (await gw.fetch(C)).status == "empty"
+    clock.advance(5_000)
+    b = await gw.fetch(C)  # expired, and taken this time
+    assert b.batch and b.batch.redelivered
+    assert (await gw.consume.extend(a.batch.request_id)).result == "lock_lost"
+    assert (await gw.consume.unlock(b.batch.request_id)).result == "unlocked"
+    assert (await gw.consume.extend(b.batch.request_id)).result == "not_locked"
+    c = await gw.fetch(C)  # handed back: redelivered at once, not held by the extend
+    assert c.batch and values(c) == ["y1"]
+    await gw.store.reset(C, "", T, {"0": 1})  # an operator moves the queue past the batch
+    r = await gw.consume.extend(c.batch.request_id)
+    assert (r.result, r.committed) == ("offset_reset", 1)
+    gone = await gw.store.reset(C, "", T, {"0": 0}) and await gw.store.redis.delete(
+        gw.store.queues_key(C, ""))
+    assert gone and (await gw.consume.extend(c.batch.request_id)).result == "unknown"

@@ -10,6 +10,7 @@ import pytest
 
 from gateway.api.consume_wire import (
     ack_body,
+    extend_body,
     fetched_body,
     parse_delay_ms,
     parse_failed,
@@ -19,7 +20,15 @@ from gateway.api.consume_wire import (
 from gateway.broker import Record
 from gateway.broker.memory import MemoryBroker
 from gateway.core.errors import Invalid
-from gateway.store import AckOutcome, AckResult, LockState, UnlockOutcome, UnlockResult
+from gateway.store import (
+    AckOutcome,
+    AckResult,
+    ExtendOutcome,
+    ExtendResult,
+    LockState,
+    UnlockOutcome,
+    UnlockResult,
+)
 
 from .conftest import Gateway
 
@@ -97,6 +106,18 @@ def test_ack_and_unlock_bodies_with_their_error_codes() -> None:
     assert unlock_body(UnlockResult(UnlockOutcome.UNLOCKED, 4)) == \
         {"result": "unlocked", "committedOffset": 4}
     assert unlock_body(UnlockResult(UnlockOutcome.LOCK_LOST, 4))["error"]["code"] == "lock_lost"
+
+
+def test_extend_bodies_with_their_error_codes() -> None:
+    assert extend_body(ExtendResult(ExtendOutcome.EXTENDED, 4, 30_000)) == \
+        {"result": "extended", "committedOffset": 4, "lockTimeoutMs": 30_000}
+    for outcome in ExtendOutcome:
+        if outcome in (ExtendOutcome.EXTENDED, ExtendOutcome.UNAUTHORIZED):
+            continue
+        body = extend_body(ExtendResult(outcome, 4, 0))
+        code = "unknown_queue" if outcome is ExtendOutcome.UNKNOWN else outcome.value
+        assert body["error"]["code"] == code and body["error"]["message"]
+        assert "lockTimeoutMs" not in body and body["result"] == outcome.value
 
 
 @pytest.mark.parametrize("v,want", [

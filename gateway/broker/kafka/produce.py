@@ -9,7 +9,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from ..base import OutgoingMessage, ProduceError, ProduceResult
+from ..base import OutgoingMessage, ProduceError, ProduceResult, payload_bytes
 from .clients import Clients
 from .errors import produce_error
 
@@ -118,7 +118,7 @@ class Sender:
 def too_large(m: OutgoingMessage, limit: int | None) -> str:
     """Say how large the record is and which limit it exceeds: the producer's (``limit``, refused
     before sending) or, when the broker refused it (``limit`` None), the topic's."""
-    size = len(m.value or b"") + len(m.key or b"") + sum(len(k) + len(v) for k, v in m.headers)
+    size = payload_bytes(m.key, m.value, m.headers)
     if limit is not None:
         return (f"record is {size:,} bytes (key, value and headers), over the limit of {limit:,} "
                 "bytes per record (librdkafka message.max.bytes; raise it with MQGW_KAFKA_CONFIG="

@@ -15,23 +15,18 @@
 -- token a reset left behind, so every batch fetched before it has a token <= rtok).
 local key, p = KEYS[1], ARGV[1]
 if ARGV[8] == '1' and not granted(KEYS[3], ARGV[9], ARGV[10]) then return {'unauthorized', -1, ''} end
-local v = redis.call('HMGET', key, p .. 'com', p .. 'tok', p .. 'lock', p .. 'max', p .. 'rtok')
-local com = tonumber(v[1])
-if com == nil then return {'unknown', -1, ''} end
-local tok, lock, mx = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0
-local off, nxt, token, now = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local now = tonumber(ARGV[5])
+local refusal, com, lock, mx = batch_refusal(key, p, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
+if refusal == 'unknown' then return {'unknown', -1, ''} end
 local hw = tonumber(ARGV[7])
 if hw > mx then redis.call('HSET', key, p .. 'max', hw) end
-if token <= (tonumber(v[5]) or 0) then return {'offset_reset', com, ''} end
-if com >= nxt then return {'already_committed', com, ''} end
-if tok ~= token then return {'lock_lost', com, ''} end
-if com ~= off then return {'offset_mismatch', com, ''} end
+if refusal then return {refusal, com, ''} end
+local nxt = tonumber(ARGV[3])
 local state = 'held'
 if lock == 0 then
   state = 'released'
-else
-  local timeout = tonumber(redis.call('HGET', KEYS[2], 'consume_timeout_ms')) or tonumber(ARGV[6])
-  if now - lock >= timeout then state = 'expired' end
+elseif now - lock >= lock_timeout(KEYS[2], ARGV[6]) then
+  state = 'expired'
 end
 if ARGV[11] == '1' then return {'committed', com, state} end
 redis.call('HSET', key, p .. 'com', nxt, p .. 'lock', 0, p .. 'acc', now)

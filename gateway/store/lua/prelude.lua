@@ -68,3 +68,24 @@ local function store_bucket(bucket, rate, burst, tokens, ts)
   redis.call('PEXPIRE', bucket, math.ceil(burst * 1000 / rate) + 1000)
 end
 
+
+-- Whether the batch [off, nxt) fetched under lock token `token` may still be acted on (ack.lua
+-- commits it, extend.lua extends its lock): nil if so, else why not; then the queue's committed
+-- offset, lock time and max offset. The order of the checks is the one ack.lua's header (and the
+-- README) gives: a reset since the fetch, already committed, another fetch's lock, moved offset.
+local function batch_refusal(key, p, off, nxt, token)
+  local v = redis.call('HMGET', key, p .. 'com', p .. 'tok', p .. 'lock', p .. 'max', p .. 'rtok')
+  local com = tonumber(v[1])
+  if com == nil then return 'unknown', -1, 0, 0 end
+  local tok, lock, mx = tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0
+  if token <= (tonumber(v[5]) or 0) then return 'offset_reset', com, lock, mx end
+  if com >= nxt then return 'already_committed', com, lock, mx end
+  if tok ~= token then return 'lock_lost', com, lock, mx end
+  if com ~= off then return 'offset_mismatch', com, lock, mx end
+  return nil, com, lock, mx
+end
+
+-- A consumer's lock timeout (ms): its own `consume_timeout_ms`, else the gateway's default.
+local function lock_timeout(config_key, default_ms)
+  return tonumber(redis.call('HGET', config_key, 'consume_timeout_ms')) or tonumber(default_ms)
+end
