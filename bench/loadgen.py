@@ -138,10 +138,14 @@ async def open_connections(port: int, n: int, workers: list[int]) -> tuple[list[
     while len(keep) < n and attempts < 40 * n:
         attempts += 1
         for c in list(keep):
-            if time.monotonic() - used[c] > KEEP_WARM_S and not await _pinged(c, ping):
-                keep.remove(c)  # closed all the same (a slower machine): its worker needs another
+            if time.monotonic() - used[c] <= KEEP_WARM_S:
+                continue
+            if await _pinged(c, ping):
+                used[c] = time.monotonic()
+            else:  # closed all the same (a slower machine): its worker needs another
+                keep.remove(c)
+                c.close()
                 have[owner.pop(c)] -= 1
-            used[c] = time.monotonic()
         conn = await httpc.connect(HOST, port)
         await conn.request(ping)
         cport = conn._transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
@@ -165,6 +169,8 @@ async def open_connections(port: int, n: int, workers: list[int]) -> tuple[list[
     await asyncio.sleep(0)  # a close the server sent with the last pings is seen now
     lost = [i for i, c in enumerate(keep) if c.lost]
     for i in lost:  # closed while idle all the same (a slower machine): a new one, unplaced
+        if keep[i] in owner:
+            have[owner.pop(keep[i])] -= 1
         keep[i] = await httpc.connect(HOST, port)
     return keep, {"balanced": all(have[p] == quota[p] for p in workers) and not lost,
                   "attempts": attempts, "replaced": len(lost),

@@ -93,8 +93,9 @@ class Record:
 def payload_bytes(key: bytes | None, value: bytes | None,
                   headers: Sequence[tuple[str, bytes]]) -> int:
     """A record's size as the gateway counts it (a fetch's ``max_bytes``, a produce's "too
-    large" message): key, value, and each header's name and value."""
-    return len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers)
+    large" message): key, value, and each header's name (UTF-8) and value, in bytes."""
+    return len(key or b"") + len(value or b"") + sum(len(k.encode()) + len(v or b"")
+                                                     for k, v in headers)
 
 
 class SkipReason(str, Enum):

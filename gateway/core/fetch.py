@@ -380,7 +380,12 @@ class Fetcher:
 
 def within_bytes(records: list[Record], next_offset: int, max_bytes: int) -> tuple[list[Record], int]:
     """The records of a read that fit in ``max_bytes`` (0: all), the first one always, and the
-    offset after the last one kept: where the batch's ack moves the committed offset."""
+    offset after the last one kept: where the batch's ack moves the committed offset.
+
+    The adapter read up to the batch's record limit; what is cut here was read for nothing, and
+    on Kafka the pooled consumer is then past the next batch's start, so that read seeks (one
+    fetch round trip). Correct, not free: passing the limit to ``Broker.fetch`` is the fix
+    (issue 24's notes)."""
     if not max_bytes or len(records) < 2:
         return records, next_offset
     total = 0

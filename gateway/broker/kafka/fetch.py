@@ -292,8 +292,9 @@ def _offset(m: Any) -> int:
 
 
 def _record(m: Any) -> Record:
-    """The port's record of a consumed message. ``headers()`` is a list made for each call
-    (kept as is), or None: the empty tuple then, which the cyclic GC never tracks. A max=1000
+    """The port's record of a consumed message. ``headers()`` is the message's own list
+    (shared, not copied: nothing changes a Record's headers), or None: the empty tuple then,
+    which the cyclic GC never tracks. A max=1000
     read builds a thousand of these, and GC-tracked objects per record were a quarter of a
     worker's CPU in the f1000 phase (BENCHMARKS.md, issue 23; bench/record_cpu.py)."""
     ts_type, ts = m.timestamp()
