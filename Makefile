@@ -32,6 +32,9 @@ test-deps: deps
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing chromium (Debian package; tests render the lag report with it)"; \
 	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq chromium >/dev/null; }
+	@command -v chromedriver >/dev/null 2>&1 || { \
+	  echo "installing chromium-driver (Debian package; tests drive the console in Chromium with Selenium)"; \
+	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq chromium-driver >/dev/null; }
 	@command -v node >/dev/null 2>&1 || { \
 	  echo "installing nodejs (Debian package; the tests run the JavaScript client examples)"; \
 	  $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq nodejs >/dev/null; }

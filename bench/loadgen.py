@@ -9,7 +9,9 @@ Spec kinds:
   consume  {port, topic, group, max, concurrency, duration, warmup, ack: separate|piggyback,
             rate: offered records/s (0 = as fast as possible)}
 With ``"dialect": "bridge"`` produce and consume speak the Strimzi HTTP bridge's API (its
-Confluent-style v2 routes: bench/bridge.py) instead of the gateway's.
+Confluent-style v2 routes: bench/bridge.py) instead of the gateway's; with ``"dialect": "v2"``
+the Confluent REST Proxy v2 API the gateway serves too (docs/rest-v2.md): the same calls, the
+instance made with Confluent's field names and ``max.poll.records`` = ``max``.
 """
 
 from __future__ import annotations
@@ -121,9 +123,9 @@ async def open_connections(port: int, n: int, workers: list[int]) -> tuple[list[
 
     Kept connections are pinged again while the others are placed: with many workers placing
     takes seconds (each try reads /proc), and a connection left idle for the gateway's
-    ``keep_alive_timeout_ms`` (5 s) is closed by it, as it should be: the first measured request
-    on it then failed (``unable to perform operation on <TCPTransport closed=True>``: 8 workers,
-    64 connections, issue 23).
+    ``keep_alive_timeout_ms`` (5 s then; 75 s now) is closed by it, as it should be: the first
+    measured request on it then failed (``unable to perform operation on <TCPTransport
+    closed=True>``: 8 workers, 64 connections, issue 23).
     """
     if not workers:
         return [await httpc.connect(HOST, port) for _ in range(n)], {"balanced": False}
@@ -206,7 +208,7 @@ def produce_requests(topic: str, per_request: int, value_size: int, variants: in
                 msg["delayMs"] = rng.randrange(max_delay_ms)
             msgs.append(msg)
             seq += 1
-        if dialect == "bridge":
+        if dialect in ("bridge", "v2"):
             out.append(httpc.post(f"/topics/{quote(topic)}", orjson.dumps({"records": msgs}),
                                   content_type=BRIDGE_JSON))
         else:
@@ -221,7 +223,7 @@ async def run_produce(spec: dict[str, Any]) -> dict[str, Any]:
         reqs = produce_requests(spec["topic"], spec["per_request"], spec["value_size"],
                                 max_delay_ms=spec.get("max_delay_ms", 0),
                                 dialect=spec.get("dialect", ""))
-    bridge = spec.get("dialect") == "bridge"
+    bridge = spec.get("dialect") in ("bridge", "v2")
     conns, placement = await open_connections(spec["port"], spec["concurrency"], spec.get("balance", []))
     win = Window(spec["warmup"], spec["duration"])
     lat: list[int] = []
@@ -255,7 +257,8 @@ async def run_produce(spec: dict[str, Any]) -> dict[str, Any]:
             elif per == 0:
                 pass
             elif bridge:  # {"offsets":[{"partition":..,"offset":..}|{"error_code":..,"message":..}]}
-                failed = body.count(b'"error_code"')
+                # (Confluent's v2, which the gateway answers, has "error_code":null on success)
+                failed = body.count(b'"error_code"') - body.count(b'"error_code":null')
                 stats["failed_records"] += failed
                 stats["records"] += per - failed
             elif body.find(b'"failed":0,', 0, 120) < 0:
@@ -417,19 +420,24 @@ async def run_consume(spec: dict[str, Any]) -> dict[str, Any]:
     return {**consume_result(spec, stats, win, lat_msg, lat_ack), "placement": placement}
 
 
-async def run_bridge_consume(spec: dict[str, Any]) -> dict[str, Any]:
-    """f32/f1000 through the Strimzi bridge: one consumer instance per connection, all in one
-    group subscribed to the topic (Kafka's group protocol spreads the partitions); each round is
-    ``GET .../records`` (its ``max.poll.records`` is the bridge's: bench/bridge.py) and, when it
-    brought records, ``POST .../offsets`` with an empty body, which commits what the instance
-    fetched: the bridge's fetch + ack. The instances are deleted afterwards, outside the window."""
+async def run_v2_consume(spec: dict[str, Any]) -> dict[str, Any]:
+    """f32/f1000 through consumer instances (the Strimzi bridge's, or the gateway's REST v2):
+    one instance per connection, all in one group subscribed to the topic (on the bridge Kafka's
+    group protocol spreads the partitions; on the gateway each fetch locks a free one); each
+    round is ``GET .../records`` (``max.poll.records``: the bridge's own, bench/bridge.py; the
+    gateway's instance is made with ``max``) and, when it brought records, ``POST .../offsets``
+    with an empty body, which commits what the instance fetched: fetch + ack. The instances are
+    deleted afterwards, outside the window."""
     group = quote(spec["group"])
-    conns = [await httpc.connect(HOST, spec["port"]) for _ in range(spec["concurrency"])]
+    conns, _ = await open_connections(spec["port"], spec["concurrency"], spec.get("balance", []))
     bases = []
     for k, conn in enumerate(conns):
-        status, body = await conn.request(httpc.post(f"/consumers/{group}", orjson.dumps({
-            "name": f"c{k}", "format": "binary", "auto.offset.reset": "earliest",
-            "enable.auto.commit": False}), content_type=BRIDGE_V2))
+        made = {"name": f"c{k}", "format": "binary", "auto.offset.reset": "earliest",
+                "enable.auto.commit": False} if spec.get("dialect") == "bridge" else {
+                "name": f"c{k}", "format": "binary", "auto.offset.reset": "earliest",
+                "auto.commit.enable": "false", "max.poll.records": spec["max"]}
+        status, body = await conn.request(httpc.post(f"/consumers/{group}", orjson.dumps(made),
+                                                     content_type=BRIDGE_V2))
         if status != 200:
             raise SystemExit(f"bridge: create consumer c{k}: {status} {body[:300]!r}")
         base = f"/consumers/{group}/instances/c{k}"
@@ -496,8 +504,8 @@ def main() -> None:
     if spec.get("key"):
         httpc.EXTRA_HEADERS = f"Authorization: Bearer {spec['key']}\r\n"
     fn = {"produce": run_produce, "noop": run_produce, "consume": run_consume}[spec["kind"]]
-    if spec["kind"] == "consume" and spec.get("dialect") == "bridge":
-        fn = run_bridge_consume
+    if spec["kind"] == "consume" and spec.get("dialect") in ("bridge", "v2"):
+        fn = run_v2_consume
     result = uvloop.run(fn(spec))
     print(json.dumps(result), flush=True)
 

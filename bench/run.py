@@ -23,6 +23,9 @@ Phases (each measured for --duration seconds after --warmup seconds):
   f32      GET /message max=32 + POST /ack, 16 consumers in one group, over a backlog
   f1000    the same with max=1000
   f32pb    (extra) max=32 with the ack piggy-backed on the next /message (requestId=...)
+  p1v2     p1 through the REST v2 API (POST /topics/<t>, json), 16 connections
+  f32v2    f32 through REST v2 consumer instances: GET .../records + POST .../offsets (no
+           body), 16 instances in one group, max.poll.records=32
   f32r     (extra) f32 paced at the target's 40,000 records/s: latency at that load, not at saturation
   delay    POST /produce of 100 records with random delays up to --max-delay-ms, 16 connections:
            delayed records/s the wheel takes at saturation, then each record's lateness
@@ -390,6 +393,8 @@ def report(res: dict[str, Any], paced_rate: int, broker: str, delay_rate: int = 
               "p100": "HTTP produce 100 rec/req, c=16",
               "f32": "fetch+ack max=32, 16 consumers", "f1000": "fetch+ack max=1000, 16 consumers",
               "f32pb": "fetch max=32 + piggy-backed ack",
+              "p1v2": "REST v2 produce 1 rec/req, c=16",
+              "f32v2": "REST v2 records+commit max=32, 16 instances",
               "f32r": f"fetch+ack max=32 offered {paced_rate:,}/s",
               "delay": "delayed produce 100 rec/req (random delays)",
               "delayr": f"delayed produce offered {delay_rate:,}/s"}
@@ -577,6 +582,10 @@ def phase_specs(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                   "ack": "separate"},
         "f32pb": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32pb", "max": 32,
                   "ack": "piggyback"},
+        "p1v2": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-p1v2", "per_request": 1,
+                 "value_size": args.value_size, "dialect": "v2"},
+        "f32v2": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32v2", "max": 32,
+                  "ack": "separate", "dialect": "v2"},
         "f32r": {"kind": "consume", "topic": BACKLOG_TOPIC, "group": "bench-f32r", "max": 32,
                  "ack": "separate", "rate": args.paced_rate},
         "delay": {"kind": "produce", "topic": f"{PRODUCE_TOPIC}-delay", "per_request": 100,
@@ -761,6 +770,12 @@ def report_peer(res: dict[str, Any]) -> str:
         blat = b.get("message_latency_ms") or b["latency_ms"]
         rows.append((name, _n(_rate(name, g)), _ms(glat, "p99"), _n(_rate(name, b)), _ms(blat, "p99"),
                      f"{_rate(name, g) / max(_rate(name, b), 1e-9):.2f}"))
+        v2 = res["phases"].get(f"{name}v2")  # the same through the gateway's REST v2 API
+        if v2 is not None:
+            vlat = v2.get("message_latency_ms") or v2["latency_ms"]
+            rows.append((f"{name} (REST v2)", _n(_rate(name, v2)), _ms(vlat, "p99"),
+                         _n(_rate(name, b)), _ms(blat, "p99"),
+                         f"{_rate(name, v2) / max(_rate(name, b), 1e-9):.2f}"))
     lines = ["| " + " | ".join(r) + " |" for r in rows]
     lines.insert(1, "|" + "|".join(" --- " for _ in rows[0]) + "|")
     lines.append("")
@@ -829,7 +844,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-delay-ms", type=int, default=60_000,
                     help="phase delay: records are delayed by a random 0..this (an hour scaled "
                          "down 60 times, with the levels scaled likewise: bench/delay.py)")
-    ap.add_argument("--phases", default="noop,noopredis,p1,p100,f32,f1000,f32pb,f32r,delay,delayr")
+    ap.add_argument("--phases",
+                    default="noop,noopredis,p1,p100,f32,f1000,f32pb,p1v2,f32v2,f32r,delay,delayr")
     ap.add_argument("--broker", default="kafka,rocketmq",
                     help="the brokers to measure, one after the other in this run: a comma-separated"
                          " list of kafka, rocketmq, tansu; 'both' = tansu,kafka, 'all' = all three"

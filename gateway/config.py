@@ -116,6 +116,13 @@ class Settings:
     default_max_messages: int = 32
     max_messages: int = 1000
     max_wait_ms: int = 30_000
+    #: A REST v2 consumer instance nobody called for this long is forgotten (Confluent's
+    #: ``consumer.instance.timeout.ms``); its batches not yet committed are redelivered when
+    #: their locks run out.
+    instance_timeout_ms: int = 300_000
+    #: How long a REST v2 ``GET .../records`` waits for records when neither the request
+    #: (``timeout``) nor the instance (``consumer.request.timeout.ms``) says (Confluent's 1000).
+    instance_wait_ms: int = 1_000
     #: Largest request body accepted, in bytes.
     max_body_bytes: int = 8 * 1024 * 1024
     #: Largest number of messages in one produce request.
@@ -153,6 +160,9 @@ class Settings:
     alert_interval_ms: int = 15_000
     #: Where alert state changes are POSTed as JSON ('' for nowhere).
     alert_webhook_url: str = ""
+    #: Where the latest lag report (``mqgw report``'s report.html) is published: the console
+    #: links to it ('' for no link: the console says how to make one). http(s) or a path.
+    report_url: str = ""
     #: Redis connections per process: a bounded pool that requests wait for (a waiting long poll
     #: holds none), so a burst of requests queues instead of failing with "Too many connections".
     redis_max_connections: int = 64
@@ -164,8 +174,13 @@ class Settings:
     #: A request body must arrive whole within this time of its head, else the connection is
     #: dropped (8 MiB in 10 s needs about 7 Mbit/s; raise it for slow links behind no proxy).
     body_timeout_ms: int = 10_000
-    #: An idle keep-alive connection is closed after this long.
-    keep_alive_timeout_ms: int = 5_000
+    #: An idle keep-alive connection (between requests) is closed after this long; a new one
+    #: must start its first request within ``header_timeout_ms``. Longer than the idle expiry
+    #: of clients and balancers in front (httpx and Node 5 s, AWS ALB and ingress-nginx 60 s),
+    #: as nginx's 75 s is: a client that reuses a connection the server is closing at that very
+    #: moment gets an error, and a POST is not retried (at 5 s it equalled httpx's own expiry).
+    #: Idle connections cost a descriptor each, bounded by ``max_connections_per_worker``.
+    keep_alive_timeout_ms: int = 75_000
     #: Largest request head (request line and headers), in bytes: a larger one, or one still
     #: unfinished past it, is answered 431 and the connection closed.
     max_head_bytes: int = 32_768
@@ -254,6 +269,9 @@ class Settings:
         if s.start_position not in ("latest", "earliest"):
             raise SettingsError("start_position (MQGW_START_POSITION) must be 'latest' or "
                                 f"'earliest', not {s.start_position!r}")
+        if s.report_url and not re.match(r"(https?://|/(?!/))", s.report_url):
+            raise SettingsError("report_url (MQGW_REPORT_URL) must be an http(s) URL or a path "
+                                f"starting with '/', not {s.report_url!r}")
         if not 0 <= s.access_log_sample <= 1:
             raise SettingsError("access_log_sample (MQGW_ACCESS_LOG_SAMPLE) is a share of requests, "
                                 f"from 0 to 1, not {s.access_log_sample!r}")

@@ -26,6 +26,7 @@ from .core.checkpoint import Checkpoints
 from .core.consume import ConsumeService
 from .core.deadletters import CURSOR_CONSUMER, DeadLetters
 from .core.delay import DelayService
+from .core.instances import InstanceService
 from .core.nack import NackService
 from .core.names import internal_topic_prefixes
 from .core.produce import ProduceGate
@@ -63,6 +64,8 @@ class Services:
     registry_copy: RegistryCopy
     #: Backlog alerts (``/admin/alerts``); evaluated only in a serving process.
     alerts: AlertMonitor
+    #: REST v2 consumer instances (``/consumers/{group}/instances/...``).
+    instances: InstanceService
     #: None: this process does not relay (``relay = false``, or the broker delays natively).
     relay: Relay | None = None
     #: What :func:`close_services` undoes, last opened first.
@@ -131,7 +134,9 @@ async def _open(settings: Settings, stack: AsyncExitStack, given_broker: Broker 
     s = Services(settings, store, b, wm, consume, registry, keys, auth, checkpoints, gate, delay,
                  NackService(settings, store, b, consume, delay),
                  DeadLetters(settings, store, b, wm, checkpoints), TopicService(settings, b, wm),
-                 copy, AlertMonitor(settings, store, b, registry), relay, stack)
+                 copy, AlertMonitor(settings, store, b, registry),
+                 InstanceService(settings, store, consume, auth, registry, checkpoints),
+                 relay, stack)
 
     if serve:
         await copy.start()  # a Redis that lost the registry gets it back before this serves

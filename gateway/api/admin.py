@@ -97,7 +97,8 @@ async def reset_route(request: Request) -> Response:
     check_public_topic(req.topic, internal_topic_prefixes(gw.settings))
     result = await reset_offsets.reset(gw.store, gw.broker, consumer, req, cfg,
                                        gw.settings.client_idle_ms, gw.checkpoints)
-    return JSON({**reset_body(result), **({"created": True} if created else {})})
+    return JSON({**reset_body(result),
+                 **({"created": True} if created and not result.dry_run else {})})
 
 
 # -- dead letters ----------------------------------------------------------------------------

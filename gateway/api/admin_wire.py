@@ -17,7 +17,7 @@ from ..core.topics import Topic
 from .consume_wire import encode_records
 from .http import queue_json, queue_param
 from .numbers import json_int
-from .produce_wire import MAX_PARTITION
+from .produce_wire import MAX_PARTITION, partition_number
 from .registry_wire import check_names
 
 #: Query parameters (and the redrive's body fields) of the admin operations that take any.
@@ -54,7 +54,7 @@ def key_body(rec: KeyRecord) -> dict[str, Any]:
 
 
 _RESET_FIELDS = {"topic": "topic", "to": "to", "timestamp": "timestamp", "offset": "offset",
-                 "queue": "queue", "clientId": "client_id"}
+                 "queue": "queue", "clientId": "client_id", "dryRun": "dry_run"}
 
 
 def reset_request(body: dict[str, Any]) -> ResetRequest:
@@ -76,6 +76,7 @@ def reset_request(body: dict[str, Any]) -> ResetRequest:
 
 def reset_body(r: ResetResult) -> dict[str, Any]:
     return {"consumer": r.consumer, "topic": r.topic, "to": r.to, "moved": r.moved,
+            **({"dryRun": True} if r.dry_run else {}),
             "queues": [{"clientId": m.client_id, "queue": m.queue, "from": m.before, "to": m.after}
                        for m in r.queues]}
 
@@ -105,7 +106,7 @@ def redrive_request(body: dict[str, Any]) -> tuple[RedriveTarget, str | None, in
     partition: str | None = None
     if body.get("partition") is not None:
         n = json_int(body["partition"])
-        if n is None or not 0 <= n <= MAX_PARTITION:  # Kafka's int32, as for /produce
+        if not partition_number(n):
             raise invalid("invalid_partition", f"partition must be an integer from 0 to "
                               f"{MAX_PARTITION}", parameter="partition", min=0, max=MAX_PARTITION)
         partition = str(n)

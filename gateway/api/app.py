@@ -19,9 +19,11 @@ from ..services import close_services, open_services
 from ..store import Redis
 from .access import App
 from .admin import admin_routes
+from .console import console_routes
 from .errors import HANDLERS
 from .routes import data_routes
 from .topics import topic_routes
+from .v2 import v2_routes
 
 
 def create_app(settings: Settings | None = None, broker: Broker | None = None,
@@ -39,7 +41,10 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None,
         finally:
             await close_services(services)
 
-    return App(data_routes + admin_routes + topic_routes, lifespan=lifespan,
+    # Matched in order, a regex each: the data routes and the REST v2 ones (their hot paths:
+    # produce, records, offsets) before the admin API.
+    return App(data_routes + v2_routes + admin_routes + topic_routes + console_routes,
+               lifespan=lifespan,
                access_log=settings.access_log, access_log_sample=settings.access_log_sample,
                exception_handlers=HANDLERS)
 

@@ -38,6 +38,8 @@ FETCH_PARAMS = frozenset({"consumer", "topic", "clientId", "max", "max_bytes", "
                           "requestId", "tag"})
 #: The largest ``max_bytes`` (a 32-bit signed integer, as Kafka's ``fetch.max.bytes``).
 MAX_BYTES = (1 << 31) - 1
+#: The most topics one ``/message`` names: each costs a choose script per look.
+MAX_FETCH_TOPICS = 16
 BATCH_PARAMS = frozenset({"requestId"})
 ACK_PARAMS = frozenset({"requestId", "failed"})
 NACK_PARAMS = frozenset({"requestId", "failed", "delayMs"})
@@ -56,10 +58,12 @@ def fetch_request(p: Params, s: Settings, address: str,
         rid = ""
     if not isinstance(rid, str):
         raise invalid("invalid_request_id", "requestId must be a string")
+    topics = fetch_topics(p.get("topic"), internal_topic_prefixes(s))
     return FetchParams(
         consumer=check_name(p.get("consumer"), "consumer"),
         client_id=check_name(p.get("clientId"), "clientId", required=False),
-        topic=check_public_topic(p.get("topic"), internal_topic_prefixes(s)),
+        topic=topics[0],
+        also_topics=topics[1:],
         max_messages=p.integer("max", s.default_max_messages, 1, s.max_messages),
         max_bytes=p.integer("max_bytes", 0, 1, MAX_BYTES),
         wait_ms=p.integer("wait_ms", 0, 0, s.max_wait_ms),
@@ -68,6 +72,20 @@ def fetch_request(p: Params, s: Settings, address: str,
         credential=credential,
         tags=parse_tag_filter(_text(p.get("tag"), "invalid_tag", "tag")),
     ), encoding
+
+
+def fetch_topics(v: Any, internal: tuple[str, ...]) -> tuple[str, ...]:
+    """``topic``: one name, or several separated by commas (one spelling in a query string and
+    a body); each a public topic, none twice, at most :data:`MAX_FETCH_TOPICS`."""
+    if not isinstance(v, str) or "," not in v:
+        return (check_public_topic(v, internal),)
+    names = v.split(",")
+    if len(names) > MAX_FETCH_TOPICS:
+        raise invalid("invalid_topic", f"topic takes 1 to {MAX_FETCH_TOPICS} topics")
+    topics = tuple(check_public_topic(t, internal) for t in names)
+    if len(set(topics)) != len(topics):
+        raise invalid("invalid_topic", "a topic is named twice")
+    return topics
 
 
 def _text(v: Any, code: str, name: str) -> str | None:
@@ -159,7 +177,10 @@ def ack_body(r: AckResult) -> dict[str, Any]:
     return body
 
 
-def fetched_body(f: Fetched, broker: str, encoding: str) -> dict[str, Any]:
+def fetched_body(f: Fetched, broker: str, encoding: str,
+                 topics: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``/message``'s answer; ``topics``: the topics of a fetch that named several (``topic``
+    is then the one the batch came from)."""
     body: dict[str, Any]
     b = f.batch
     if b is None:
@@ -180,6 +201,8 @@ def fetched_body(f: Fetched, broker: str, encoding: str) -> dict[str, Any]:
                                "reason": b.skipped.reason.value}
     if f.ack is not None:
         body["ack"] = ack_body(f.ack)
+    if len(topics) > 1:
+        body["topics"] = list(topics)
     return body
 
 

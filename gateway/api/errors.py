@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -156,6 +157,17 @@ HANDLERS: dict[Any, ExceptionHandler] = {
     **dict.fromkeys(UNAVAILABLE, _unavailable),  # Redis unreachable, failing over, read-only
     Exception: _internal,
 }
+
+
+async def answer(request: Request, exc: Exception) -> Response:
+    """The app's answer to ``exc``: its most specific handler's (a route that answers errors in
+    another shape, api/v2.py, starts from this one)."""
+    for kind in type(exc).__mro__:
+        handler = HANDLERS.get(kind)
+        if handler is not None:  # all of them are ``async (Request, Exception) -> Response``
+            return await cast(Callable[[Request, Exception], Awaitable[Response]], handler)(
+                request, exc)
+    raise exc  # not an Exception: nothing answers it
 
 
 # -- answers the server writes itself (gateway/api/server.py) ----------------------------------

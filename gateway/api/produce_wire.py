@@ -36,6 +36,12 @@ _ENCODINGS = ("utf8", "base64")
 MAX_HEADERS = 64
 
 
+
+def partition_number(n: int | None) -> bool:
+    """Whether ``n`` is a partition number: Kafka's int32, from 0 (every route's rule)."""
+    return n is not None and 0 <= n <= MAX_PARTITION
+
+
 def parse_produce(body: Any, max_batch: int, now: int) -> tuple[str, str, list[OutgoingMessage],
                                                                 list[int | None] | None]:
     """Returns (topic, producer name or '', messages, due times): each message's due time
@@ -146,7 +152,7 @@ def _message(m: Any, i: int, default_enc: str) -> OutgoingMessage:
             raise TooLarge("too_many_headers", f"messages[{i}] has more than {MAX_HEADERS} headers",
                            index=i, limit=MAX_HEADERS)
     partition = _optional_int(m, "partition")
-    if partition is not None and not 0 <= partition <= MAX_PARTITION:
+    if partition is not None and not partition_number(partition):
         raise invalid("invalid_partition", f"messages[{i}].partition must be an integer >= 0", index=i)
     queue = m.get("queue")
     if queue is not None:

@@ -9,8 +9,10 @@ workers' file limits and took a node offline for about 65 s. Its ``limit_concurr
 
 :class:`GatewayHttpProtocol` adds, per connection:
 
-- **idle**: a connection with no request in progress is closed after ``keep_alive_timeout_ms``
-  (from its opening, too, not only between requests);
+- **idle**: a new connection must start its first request within ``header_timeout_ms``, and a
+  connection with no request in progress between requests is closed after
+  ``keep_alive_timeout_ms`` (75 s: above the idle expiry of common clients and balancers, see
+  config.py);
 - **head**: a request head must arrive whole within ``header_timeout_ms`` of its first byte;
 - **body**: a request body must arrive whole within ``body_timeout_ms`` of its head;
 - **cap**: beyond ``max_connections_per_worker`` open connections a new one gets a ``503`` with
@@ -213,9 +215,11 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             return
         super().connection_made(transport)
         self._corked = _Corked(transport, self.loop, self._closing)
-        # uvicorn arms the idle timer only after a response: a silent new connection stays open
+        # uvicorn arms the idle timer only after a response: a silent new connection would stay
+        # open. It gets the head's time to start its first request, not the long idle time
+        # between requests (nginx's client_header_timeout does the same).
         self.timeout_keep_alive_task = self.loop.call_later(
-            self.timeout_keep_alive, self.timeout_keep_alive_handler)
+            min(self.timeout_keep_alive, self._header_s), self.timeout_keep_alive_handler)
 
     def shutdown(self) -> None:
         """A graceful stop: a response completed this very turn still goes out before the close."""

@@ -23,6 +23,7 @@ from .base import (
     TopicRefused,
     UnknownTopic,
     check_queue_id,
+    fitting,
     payload_bytes,
 )
 
@@ -49,6 +50,7 @@ __all__ = [
     "UnknownTopic",
     "check_queue_id",
     "create",
+    "fitting",
     "payload_bytes",
 ]
 

@@ -98,6 +98,20 @@ def payload_bytes(key: bytes | None, value: bytes | None,
                                                      for k, v in headers)
 
 
+def fitting(records: Sequence[Record], max_bytes: int) -> int:
+    """How many of ``records`` a read limited to ``max_bytes`` (``payload_bytes``; 0: no limit)
+    returns: the first always, as Kafka's ``fetch.max.bytes`` does (a queue whose next record
+    is larger than the limit would otherwise never move), then as many as fit."""
+    if not max_bytes or len(records) < 2:
+        return len(records)
+    total = 0
+    for i, r in enumerate(records):
+        total += payload_bytes(r.key, r.value, r.headers)
+        if total > max_bytes and i > 0:
+            return i
+    return len(records)
+
+
 class SkipReason(str, Enum):
     OUT_OF_RETENTION = "out_of_retention"  # the start offset was deleted by retention
     GAP = "gap"  # offsets with no record before the first returned one (compaction, markers)
@@ -236,10 +250,11 @@ class Broker(ABC):
 
     @abstractmethod
     async def fetch(self, topic: str, queue: str, offset: int, max_records: int,
-                    tags: frozenset[str] | None = None) -> FetchResult:
+                    tags: frozenset[str] | None = None, max_bytes: int = 0) -> FetchResult:
         """Read up to ``max_records`` starting at ``offset``; return what is readable now.
         ``tags``: only records with one of these tags (a broker with Capability.TAG_FILTER;
-        the others are never asked)."""
+        the others are never asked). ``max_bytes``: no more records than :func:`fitting` keeps
+        (0: no limit); ``next_offset`` is then after the last one returned."""
 
     @abstractmethod
     async def produce(self, topic: str, messages: list[OutgoingMessage],

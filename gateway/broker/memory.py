@@ -26,6 +26,7 @@ from .base import (
     TopicRefused,
     UnknownTopic,
     check_queue_id,
+    fitting,
 )
 from .partitioner import partition_for_key
 
@@ -129,10 +130,16 @@ class MemoryBroker(Broker):
         return hits[0] if hits else self._hi(topic, queue)
 
     async def fetch(self, topic: str, queue: str, offset: int, max_records: int,
-                    tags: frozenset[str] | None = None) -> FetchResult:
+                    tags: frozenset[str] | None = None, max_bytes: int = 0) -> FetchResult:
         self.fetches.append((topic, queue, offset))
-        if tags:
-            return self._fetch_tagged(topic, queue, offset, max_records, tags)
+        res = self._fetch_tagged(topic, queue, offset, max_records, tags) if tags \
+            else self._fetch(topic, queue, offset, max_records)
+        if (n := fitting(res.records, max_bytes)) < len(res.records):
+            res.records = res.records[:n]
+            res.next_offset = res.records[-1].offset + 1
+        return res
+
+    def _fetch(self, topic: str, queue: str, offset: int, max_records: int) -> FetchResult:
         log = self._log(topic, queue)
         hi = self._hi(topic, queue)
         low = self.low.get((topic, queue), 0)

@@ -58,6 +58,8 @@ def _reset_body(a: argparse.Namespace) -> dict[str, Any]:
                        ("client_id", "clientId")):
         if getattr(a, opt) is not None:
             body[field] = getattr(a, opt)
+    if a.dry_run:
+        body["dryRun"] = True
     return body
 
 
@@ -220,6 +222,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     r.add_argument("--offset", type=int, help="with --queue (--to offset)")
     r.add_argument("--queue")
     r.add_argument("--client-id", help="one broadcast clientId, or '*' for all")
+    r.add_argument("--dry-run", action="store_true",
+                   help="move nothing: show where each queue is and where the reset would move it")
 
     dl = cmd(cmds, "dead-letters", "dead-letters", "count, age and a page of a consumer's dead letters")
     dl.add_argument("--limit", type=int)

@@ -122,6 +122,11 @@ class Authorizer:
         if rec is not None and not rec.admin:
             raise denied("forbidden", "this API key may not use the admin API")
 
+    async def is_admin(self, cred: Credential | None) -> bool:
+        """Whether ``cred`` is a valid admin key (False without one; 401 for a bad one)."""
+        rec = await self.caller(cred)
+        return rec is not None and rec.admin
+
     async def require_consumer(self, cred: Credential | None, consumer: str) -> None:
         """For a consumer's own views: an admin key or a key bound to that consumer."""
         rec = await self.caller(cred)

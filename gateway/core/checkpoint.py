@@ -20,6 +20,8 @@ which by default (``latest``) skips everything unread. Kafka keeps consumer offs
   in flight); it never skips. The locks that flag redeliveries went with Redis, so a restored
   queue flags every batch below the log's end at the restore (``rdl``) as ``redelivered``: a
   client that deduplicates on the flag stays correct (it may look up a few that were not).
+  A start position another node's restore is writing at the same moment is not such a loss: it
+  is noted in Redis (``sta``) before the broker gets it, and restore.lua does not flag it.
   Restores are single-flight per consumer and topic in a process: a herd of first polls (a
   fleet starting, every consumer after Redis was emptied) makes one pair of broker calls per
   consumer and topic, not one per poll.
@@ -95,7 +97,8 @@ class Checkpoints:
         held = await self.broker.load_offsets(group, topic, list(watermarks))
         new = {q: lo if start == "earliest" else hi for q, (lo, hi) in watermarks.items()
                if q not in held}
-        if new:
+        if new:  # noted in Redis first: another node's restore reading them back is told apart
+            await self.store.note_starts(consumer, topic, new)
             await self.broker.save_offsets(group, topic, new)
         below: dict[str, int] = {}
         if held:  # Redis lost these queues: what was delivered from them is below the log's end

@@ -11,6 +11,8 @@ core/retry_topics.py's.
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -29,7 +31,7 @@ from ..store import (
 from .auth import Authorizer
 from .checkpoint import Checkpoints
 from .errors import invalid
-from .fetch import IDLE_RECHECK_S, Fetched, Fetcher, FetchParams
+from .fetch import IDLE_RECHECK_S, Batch, Fetched, Fetcher, FetchParams, FetchStatus, PollControl
 from .registry_copy import RegistryCopy
 from .requestid import BatchRef, RequestIdCodec
 from .retry import retry_topic
@@ -69,16 +71,70 @@ class ConsumeService:
     async def fetch(self, p: FetchParams) -> Fetched:
         """Ack the piggy-backed batch, if any (its sender chooses next), then fetch."""
         acked: AckResult | None = None
-        retry = retry_topic(self.settings.retry_topic_prefix, p.consumer, p.topic, p.client_id,
-                            self.broker.max_topic_length)
+        retries = {t: retry_topic(self.settings.retry_topic_prefix, p.consumer, t, p.client_id,
+                                  self.broker.max_topic_length) for t in p.topics}
         if p.ack_request_id:
             ref = self.decode(p.ack_request_id)
             if (ref.consumer, ref.client_id) != (p.consumer, p.client_id) or \
-                    ref.topic not in (p.topic, retry):
+                    (ref.topic not in retries and ref.topic not in retries.values()):
                 raise invalid("request_id_mismatch",
                               "requestId belongs to another consumer, clientId or topic")
             acked = await self.commit(ref, p.credential, wake=False)
-        return replace(await self.fetcher.fetch(p, retry), ack=acked)
+        if p.also_topics:
+            got = await self._fetch_any(p, retries)
+        else:
+            got = await self.fetcher.fetch(p, retries[p.topic])
+        return replace(got, ack=acked)
+
+    async def _fetch_any(self, p: FetchParams, retries: dict[str, str]) -> Fetched:
+        """One batch from whichever of several topics has records first.
+
+        First a look at each without waiting, from a topic picked at random (a busy first topic
+        must not starve the others), so that when several have records only one is locked.
+        Then, if all were empty, one long poll per topic at once, each woken as a single-topic
+        poll is (waiting.py); the first batch is the answer, and a batch another topic's poll
+        locked at the same moment is handed back at once (its queue is free for the next
+        fetch, its rate-limit tokens refunded)."""
+        topics = list(p.topics)
+        first = random.randrange(len(topics))
+        order = topics[first:] + topics[:first]
+        for t in order:
+            got = await self.fetcher.fetch(replace(p, topic=t, also_topics=(), wait_ms=0),
+                                           retries[t])
+            if got.status is not FetchStatus.EMPTY:
+                return got
+        if p.wait_ms <= 0:
+            return Fetched(FetchStatus.EMPTY, p.topic)
+        controls = [PollControl() for _ in order]
+        polls = [asyncio.ensure_future(self.fetcher.fetch(replace(p, topic=t, also_topics=()),
+                                                          retries[t], c))
+                 for t, c in zip(order, controls, strict=True)]
+        answer: Fetched | None = None
+        try:
+            pending: set[asyncio.Future[Fetched]] = set(polls)
+            while pending and answer is None:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for d in polls:
+                    if d in done and answer is None and d.result().status is not FetchStatus.EMPTY:
+                        answer = d.result()  # (an error is raised here, and the rest stopped)
+        finally:
+            # Only waiting polls are cancelled (PollControl); the others end after their step,
+            # and a batch one of them locked meanwhile is handed back below.
+            for poll, c in zip(polls, controls, strict=True):
+                c.stop = True
+                if c.waiting:
+                    poll.cancel()
+            ended = await asyncio.gather(*polls, return_exceptions=True)
+            extra = [e.batch for e in ended if isinstance(e, Fetched) and e is not answer
+                     and e.batch is not None]
+            if extra:
+                await asyncio.shield(self._hand_back(p, extra))
+        return answer or Fetched(FetchStatus.EMPTY, p.topic)
+
+    async def _hand_back(self, p: FetchParams, batches: list[Batch]) -> None:
+        for b in batches:
+            await self.unlock(b.request_id, p.credential)
+            await self.store.refund(p.consumer, len(b.records))
 
     def retry_topic_made(self, retry: str) -> None:
         """This process just made (or wrote to) ``retry``: serve it from now on."""
@@ -108,11 +164,18 @@ class ConsumeService:
             raise await self.auth.consume_refused(credential, ref.consumer)
         if check_only:
             return r
+        self.acked(ref.consumer, ref.client_id, ref.topic, r, wake)
+        return r
+
+    def acked(self, consumer: str, client_id: str, topic: str, r: AckResult,
+              wake: bool = True) -> None:
+        """What follows an ack's script, whichever script acked: the ack hook (metrics), and
+        the polls waiting for the queue woken if it was committed (it is free, and may hold
+        more)."""
         if self.on_ack is not None:
             self.on_ack(r)
-        if wake and r.result is AckOutcome.COMMITTED:  # the queue is free, and may hold more
-            self.room.wake((ref.topic, ref.consumer, ref.client_id))
-        return r
+        if wake and r.result is AckOutcome.COMMITTED:
+            self.room.wake((topic, consumer, client_id))
 
     async def extend(self, request_id: str, credential: Credential | None = None) -> ExtendResult:
         """Hold the batch's queue for another lock timeout, from now (a handler that needs
@@ -127,7 +190,10 @@ class ConsumeService:
         return r
 
     async def unlock(self, request_id: str, credential: Credential | None = None) -> UnlockResult:
-        ref = self.decode(request_id)
+        return await self.release(self.decode(request_id), credential)
+
+    async def release(self, ref: BatchRef, credential: Credential | None = None) -> UnlockResult:
+        """Unlock the batch ``ref`` names (a verified requestId)."""
         r = await self.store.unlock(ref.consumer, ref.client_id, ref.topic, ref.queue, ref.token,
                                     ref.high_watermark, credential)
         if r.result is UnlockOutcome.UNAUTHORIZED:

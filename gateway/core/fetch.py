@@ -22,7 +22,6 @@ from ..broker import (
     Record,
     Skipped,
     UnknownTopic,
-    payload_bytes,
 )
 from ..config import Settings
 from ..store import (
@@ -113,10 +112,20 @@ class FetchParams:
     #: Only records with one of these tags (a broker with Capability.TAG_FILTER); the others
     #: are stepped over and committed past, as a RocketMQ subscription does.
     tags: frozenset[str] | None = None
-    #: The most bytes of records (``payload_bytes``) a batch holds, 0 for no limit. The first
-    #: record counts whatever its size, as Kafka's ``fetch.max.bytes`` does: a queue whose next
-    #: record is larger than the limit would otherwise never move.
+    #: The most bytes of records a batch holds, 0 for no limit: the broker's read stops there
+    #: (``broker.fitting``: the first record whatever its size, as Kafka's ``fetch.max.bytes``).
     max_bytes: int = 0
+    #: More topics of the same fetch (``topic`` is the first): the batch comes from whichever
+    #: has records first (core/consume.py).
+    also_topics: tuple[str, ...] = ()
+    #: Where a queue new to the consumer starts (``earliest``/``latest``) unless its
+    #: registration says; "" for the gateway's ``start_position`` (a REST v2 instance's
+    #: ``auto.offset.reset``).
+    start: str = ""
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return (self.topic, *self.also_topics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +142,7 @@ class Batch:
     lock_timeout_ms: int
     records: list[Record]
     skipped: Skipped | None = None  # offsets the broker stepped over before the first record
+    ref: BatchRef | None = None  # what ``request_id`` carries (saves decoding it again)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +158,20 @@ class Fetched:
     @property
     def count(self) -> int:
         return len(self.batch.records) if self.batch else 0
+
+
+@dataclass(slots=True)
+class PollControl:
+    """Lets a fetch over several topics end its other long polls once one has answered.
+
+    A poll is cancelled only while it sits in the wait room: cancelled inside a choose (a
+    script sent, its reply not yet read) its queue would stay locked until the lock timed out,
+    which a unit test caught as a flake (the other topic's next fetch answered empty). A poll
+    that is choosing or reading when ``stop`` is set finishes that step, hands its batch to
+    the caller (which gives it back), and does not wait again."""
+
+    waiting: bool = False  # suspended in the wait room: safe to cancel
+    stop: bool = False
 
 
 @dataclass(slots=True)
@@ -186,7 +210,8 @@ class Fetcher:
         self.registry_copy = registry_copy
         self._seen: dict[str, int] = {}
 
-    async def fetch(self, p: FetchParams, retry: str) -> Fetched:
+    async def fetch(self, p: FetchParams, retry: str,
+                    control: PollControl | None = None) -> Fetched:
         """A batch of ``p.topic`` or of its retry topic ``retry``, or why there is none."""
         if p.tags and Capability.TAG_FILTER not in self.broker.capabilities:
             raise invalid("tag_filter_unsupported", f"the {self.broker.name} broker has no "
@@ -218,7 +243,7 @@ class Fetcher:
                     self.retries.idle(retry, p.consumer, p.client_id, retry_version)
             else:
                 remaining = deadline - loop.time()
-                if remaining <= 0:
+                if remaining <= 0 or (control is not None and control.stop):
                     return Fetched(FetchStatus.EMPTY, p.topic)
                 # Records came during choose, or the retry topic's copy was refreshed since serve
                 # and choose read it (their stale read started that refresh; landing before the
@@ -233,12 +258,16 @@ class Fetcher:
                     wakes = [n.wake_ms for n in nothing if n.wake_ms >= 0]
                     if serve is None:  # woken if a listing finds the retry topic meanwhile
                         self.retries.waiting_without(retry, key)
+                    if control is not None:
+                        control.waiting = True
                     try:
                         woken = await self.room.wait(
                             key, remaining, self._recheck_s(NoQueue(min(wakes, default=-1)),
                                                             bool(t.skip)),
                             also=retry if serve is not None else None)
                     finally:
+                        if control is not None:
+                            control.waiting = False
                         if serve is None:
                             self.retries.done_waiting(retry, key)
                     if not woken:
@@ -263,7 +292,7 @@ class Fetcher:
         chosen = await self.store.choose(
             p.consumer, p.client_id, topic, wm, address=p.address,
             default_timeout_ms=self.settings.consume_timeout_ms,
-            default_start=self.settings.start_position,
+            default_start=p.start or self.settings.start_position,
             client_idle_ms=self.settings.client_idle_ms, max_messages=p.max_messages,
             open_mode=self.settings.open_mode, credential=p.credential,
             skip={q for tp, q in t.skip if tp == topic},
@@ -346,7 +375,8 @@ class Fetcher:
         start = lock.committed
         fetched = now_ms()
         try:
-            res = await self.broker.fetch(topic, lock.queue, start, lock.allowance, p.tags)
+            res = await self.broker.fetch(topic, lock.queue, start, lock.allowance, p.tags,
+                                          p.max_bytes)
         except BaseException:
             # The broker failed (or the client went away): free the queue for the next fetch now
             # rather than after the consume timeout, and give back the rate-limit tokens charged
@@ -354,8 +384,8 @@ class Fetcher:
             await asyncio.shield(self._give_back(p, topic, lock))
             raise
         self.wm.observe(topic, lock.queue, res.high_watermark)
-        records, next_offset = within_bytes(res.records, res.next_offset, p.max_bytes)
-        if lock.charged and len(records) < lock.allowance:  # a read came back short, or trimmed
+        records, next_offset = res.records, res.next_offset
+        if lock.charged and len(records) < lock.allowance:  # short, or cut by max_bytes
             await self.store.refund(p.consumer, lock.allowance - len(records))
         if not res.records:
             if res.next_offset > start:  # nothing readable past a skip: move past it ourselves
@@ -375,22 +405,5 @@ class Fetcher:
             next_offset=next_offset,
             backlog=max(lock.max_offset, res.high_watermark) - start,
             redelivered=redelivered, lock_timeout_ms=lock.timeout_ms, records=records,
-            skipped=res.skipped)
+            skipped=res.skipped, ref=ref)
 
-
-def within_bytes(records: list[Record], next_offset: int, max_bytes: int) -> tuple[list[Record], int]:
-    """The records of a read that fit in ``max_bytes`` (0: all), the first one always, and the
-    offset after the last one kept: where the batch's ack moves the committed offset.
-
-    The adapter read up to the batch's record limit; what is cut here was read for nothing, and
-    on Kafka the pooled consumer is then past the next batch's start, so that read seeks (one
-    fetch round trip). Correct, not free: passing the limit to ``Broker.fetch`` is the fix
-    (issue 24's notes)."""
-    if not max_bytes or len(records) < 2:
-        return records, next_offset
-    total = 0
-    for i, r in enumerate(records):
-        total += payload_bytes(r.key, r.value, r.headers)
-        if total > max_bytes and i > 0:
-            return records[:i], records[i - 1].offset + 1
-    return records, next_offset

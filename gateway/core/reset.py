@@ -30,6 +30,7 @@ class ResetRequest:
     offset: Any = None
     queue: Any = None
     client_id: Any = None  # None: cluster offsets; "*": every broadcast clientId
+    dry_run: Any = False  # True: say what would move, move nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,7 @@ class ResetResult:
     topic: str
     to: str
     queues: list[MovedQueue]
+    dry_run: bool = False  # nothing was moved: ``queues`` say what a reset would do now
 
     @property
     def moved(self) -> int:
@@ -61,6 +63,8 @@ async def reset(store: OffsetStore, broker: Broker, consumer: str, req: ResetReq
     outside open mode). A registered consumer is reset only on its registered topics: a typo in
     the topic must fail rather than create offsets nobody reads."""
     topic = check_topic(req.topic)
+    if not isinstance(req.dry_run, bool):
+        raise invalid("invalid_dry_run", "dryRun must be true or false")
     client = req.client_id
     if client is not None and client != "*":
         client = check_name(client, "clientId")
@@ -112,6 +116,12 @@ async def reset(store: OffsetStore, broker: Broker, consumer: str, req: ResetReq
     else:
         clients = [client] if client else [""]
     moved: list[MovedQueue] = []
+    if req.dry_run:  # the same checks and targets, then what each queue holds now
+        for c in clients:
+            now = {s.queue: s.committed for s in await store.queue_states(consumer, c)
+                   if s.topic == topic and s.has_offset}
+            moved += [MovedQueue(c or None, q, now.get(q), new) for q, new in targets.items()]
+        return ResetResult(consumer, topic, mode, moved, dry_run=True)
     for c in clients:  # a clientId's offsets expire when idle; one the reset creates must too
         for q, old, new in await store.reset(consumer, c, topic, targets, client_idle_ms=client_idle_ms):
             moved.append(MovedQueue(c or None, q, old if old >= 0 else None, new))

@@ -12,6 +12,7 @@ Nothing outside this package touches a Redis client. Modules, one job each:
 - ``alerts.py``: the backlog-alert lease, lock and state, as ``store.alerts``;
 - ``delay.py``: the relay's settle, delayed records' cancel/delivered marks and relay wake-ups,
   as ``store.delay``;
+- ``instances.py``: REST v2 consumer instances, as ``store.instances``;
 - ``views.py``: batched reads of many consumers (``store.read_consumers``);
 - ``scan.py``: the snapshot's SCAN/HSCAN reading, with a client of its own (:class:`Scanner`);
 - ``scripts.py`` and ``lua/``: the scripts, each loaded behind ``lua/prelude.lua``;
@@ -32,12 +33,14 @@ from .offsets import (
     Credential,
     ExtendOutcome,
     ExtendResult,
+    InstanceGone,
     Lock,
     LockState,
     NeedsRestore,
     NoQueue,
     OffsetStore,
     Paused,
+    PendingAck,
     ProduceVerdict,
     RateLimited,
     Refusal,
@@ -67,6 +70,7 @@ __all__ = [
     "Entity",
     "ExtendOutcome",
     "ExtendResult",
+    "InstanceGone",
     "KeyLayout",
     "Lock",
     "LockState",
@@ -74,6 +78,7 @@ __all__ = [
     "NoQueue",
     "OffsetStore",
     "Paused",
+    "PendingAck",
     "ProduceVerdict",
     "QueueHash",
     "QueueState",

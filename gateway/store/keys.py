@@ -9,13 +9,18 @@ each have a slot of their own.
 ``P:{G}:q``                 hash    cluster-mode queues: ``topic:queue:max|com|lock|tok|acc|addr``
                                     (and ``rtok``, the last reset's token; ``ckp``, the offset
                                     last checkpointed to the broker; ``rdl``, batches below it
-                                    are redeliveries after a restore: core/checkpoint.py),
+                                    are redeliveries after a restore; ``sta``, a start position
+                                    a restore in flight is writing to the broker:
+                                    core/checkpoint.py),
                                     plus ``poll``
 ``P:{G}:q:<clientId>``      hash    the same, one per broadcast clientId (expires when idle)
 ``P:{G}:clients``           zset    broadcast clientIds scored by last-seen time (ms)
 ``P:{G}:cfg``               hash    the consumer's registration and settings (core/registry.py)
 ``P:{G}:auth``              hash    API keys that may consume as G: key id -> sha256 of the key
 ``P:{G}:rl``                hash    rate-limit token bucket: ``tokens``, ``ts``
+``P:{G}:inst:<instance>``   hash    a REST v2 consumer instance: settings, subscription, batches
+                                    fetched and not yet committed (store/instances.py; expires
+                                    when idle)
 ``P:{wm:<topic>}``          hash    broker watermarks ``queue:lo|hi``, ``queues``, ``ts``
 ``P:{wm:<topic>}:lease``    string  who refreshes the watermarks this interval
 ``P:{reg}:consumers``       set     registered consumer names
@@ -60,7 +65,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 #: The attributes of one queue in a consumer's queue hash (``topic:queue:<attr>``).
-QUEUE_FIELDS = ("max", "com", "lock", "tok", "acc", "addr", "ckp", "rdl")
+QUEUE_FIELDS = ("max", "com", "lock", "tok", "acc", "addr", "ckp", "rdl", "sta")
 #: Registry keys (``P:{reg}:<what>``) and alert keys (``P:{alerts}:<what>``).
 RegistryKey = Literal["consumers", "seen_at", "producers", "keys", "version", "copied",
                       "copy_lock"]
@@ -110,6 +115,9 @@ class KeyLayout:
 
     def bucket(self, consumer: str) -> str:
         return f"{self.prefix}:{{{consumer}}}:rl"
+
+    def instance(self, consumer: str, name: str) -> str:
+        return f"{self.prefix}:{{{consumer}}}:inst:{name}"
 
     # -- shared -------------------------------------------------------------------------------
     def watermarks(self, topic: str) -> str:

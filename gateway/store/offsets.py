@@ -23,6 +23,7 @@ from . import scripts
 from .alerts import AlertStore
 from .connect import MAX_CONNECTIONS, POOL_TIMEOUT_S, connect, database, fields, text, text_dict
 from .delay import DelayStore
+from .instances import InstanceStore
 from .keys import KeyLayout, queue_field
 from .queues import QueueState, parse_queue_hash
 from .registry import RegistryStore
@@ -182,6 +183,22 @@ class AckResult:
     lock_state: LockState
 
 
+@dataclass(frozen=True, slots=True)
+class PendingAck:
+    """What committing one pending batch of a REST v2 instance did."""
+
+    request_id: str
+    topic: str
+    queue: str
+    offset: int
+    #: None: a batch written by an older gateway, left pending (ack it by its requestId)
+    result: AckResult | None
+
+
+class InstanceGone(Exception):
+    """The REST v2 instance was deleted, or expired."""
+
+
 class UnlockResult(NamedTuple):
     result: UnlockOutcome
     committed: int
@@ -200,6 +217,7 @@ class OffsetStore:
         self.layout = KeyLayout(prefix, database(redis))  # channel names carry the database
         self._choose = scripts.register(redis, "choose")
         self._ack = scripts.register(redis, "ack")
+        self._ack_instance = scripts.register(redis, "instance_commit")
         self._unlock = scripts.register(redis, "unlock")
         self._extend = scripts.register(redis, "extend")
         self._wm_get = scripts.register(redis, "watermarks")
@@ -212,6 +230,7 @@ class OffsetStore:
         self.registry_copy = RegistryCopyStore(redis, self.layout, self.registry.changes)
         self.alerts = AlertStore(redis, self.layout)
         self.delay = DelayStore(redis, self.layout)
+        self.instances = InstanceStore(redis, self.layout)
 
     @classmethod
     def connect(cls, url: str, prefix: str = "mqgw", max_connections: int = MAX_CONNECTIONS,
@@ -300,6 +319,14 @@ class OffsetStore:
             args += (q, off, below.get(q, 0))
         return int(await self._restore(keys=[self.queues_key(consumer)], args=args))
 
+    async def note_starts(self, consumer: str, topic: str, offsets: dict[str, int]) -> None:
+        """Note the start positions a restore is about to write to the broker's group (the
+        queue's ``sta``), so a concurrent restore on another node that reads them back does not
+        take them for a checkpoint of a lost Redis (restore.lua)."""
+        if offsets:
+            await self.redis.hset(self.queues_key(consumer), mapping={
+                queue_field(topic, q, "sta"): off for q, off in offsets.items()})
+
     async def mark_checkpointed(self, consumer: str, topic: str, offsets: dict[str, int]) -> None:
         """Remember what the broker now holds, so the next round sends only what moved."""
         if offsets:
@@ -326,6 +353,30 @@ class OffsetStore:
                                  cred.key_id, cred.sha256, int(check_only)]
         r = await self._ack(keys=keys, args=args)
         return AckResult(AckOutcome(text(r[0])), int(r[1]), LockState(text(r[2])))
+
+    async def ack_instance(self, consumer: str, name: str, ttl_ms: int, *, default_timeout_ms: int,
+                           credential: Credential | None = None,
+                           now: int | None = None) -> list[PendingAck] | None:
+        """Commit every pending batch of the REST v2 instance ``name`` (ack.lua's rule for each)
+        and drop them, in one script call (lua/instance_commit.lua); None if the key may not
+        consume as ``consumer``. Raises :class:`InstanceGone`."""
+        cred = credential or NO_CREDENTIAL
+        k = self.layout
+        r = await self._ack_instance(
+            keys=[k.instance(consumer, name), k.queues(consumer), k.config(consumer),
+                  k.grants(consumer)],
+            args=[ttl_ms, now or now_ms(), default_timeout_ms, int(credential is not None),
+                  cred.key_id, cred.sha256])
+        head = text(r[0])
+        if head == "gone":
+            raise InstanceGone(name)
+        if head == "unauthorized":
+            return None
+        return [PendingAck(text(r[i]), text(r[i + 1]), text(r[i + 2]), int(r[i + 3]),
+                           None if text(r[i + 4]) == "legacy" else
+                           AckResult(AckOutcome(text(r[i + 4])), int(r[i + 5]),
+                                     LockState(text(r[i + 6]))))
+                for i in range(1, len(r), 7)]
 
     async def unlock(
         self, consumer: str, client_id: str, topic: str, queue: str, token: int,

@@ -196,7 +196,10 @@ def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1, port
            # The delay relay runs on every node by default; tests that are not about delay do not
            # need its level topics made on the shared broker nor its idle polls (test_delay.py
            # turns it on, with levels of its own).
-           "MQGW_RELAY": "false"}
+           "MQGW_RELAY": "false",
+           # A worker that dies of a native fault writes every thread's Python stack to its log
+           # first (an idle node's worker once segfaulted in pthread_mutex_lock, cause unknown).
+           "PYTHONFAULTHANDLER": "1"}
     if ON_TANSU:
         # Tansu defect: a fetch racing producers at its tail can skip records that become
         # readable a moment later; the gateway then looks at a hole twice (Settings.gap_recheck_ms).

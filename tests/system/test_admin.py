@@ -52,8 +52,13 @@ def test_reset_to_earliest_latest_and_explicit_offset(api: Api, make_topic) -> N
     api.produce_exact(topic, [f"v{i}" for i in range(4)], partition=0)
     body = api.message(consumer=g, topic=topic, max=10).json()
     assert api.ack(body["requestId"]).json()["committedOffset"] == 4
+    dry = admin(api, 1, g, "reset", topic=topic, to="earliest", dryRun=True)  # first, a look
+    assert dry["dryRun"] is True and dry["moved"] == 1
+    assert sorted((q["queue"], q["from"], q["to"]) for q in dry["queues"]) == [
+        (queue_id(0), 4, 0), (queue_id(1), 0, 0)]
+    assert values(api.message(2, consumer=g, topic=topic, max=10).json()) == []  # nothing moved
     r = admin(api, 1, g, "reset", topic=topic, to="earliest")
-    assert r["moved"] == 1
+    assert "dryRun" not in r and r["moved"] == 1
     assert sorted((q["queue"], q["from"], q["to"]) for q in r["queues"]) == [
         (queue_id(0), 4, 0), (queue_id(1), 0, 0)]
     body = api.message(2, consumer=g, topic=topic, max=10).json()
@@ -162,6 +167,7 @@ def test_reset_errors(api: Api, make_topic) -> None:
         ({"topic": topic, "to": "timestamp"}, 400, "invalid_timestamp"),
         ({"topic": topic, "to": "earliest", "clientId": "a:b"}, 400, "invalid_client_id"),
         ({"topic": topic, "to": "earliest", "x": 1}, 400, "unknown_field"),
+        ({"topic": topic, "to": "earliest", "dryRun": "yes"}, 400, "invalid_dry_run"),
     ]
     for body, status, code in cases:
         r = api.http.post(url, json=body)

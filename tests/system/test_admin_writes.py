@@ -241,3 +241,15 @@ def test_nack_takes_the_request_id_from_the_query_and_nothing_else(api: Api, mak
     expect(r, 400, "unknown_parameter")
     r = api.http.post(api.url("/nack"), params={"requestId": rid}, content=b"")
     assert expect(r, 200)["result"] == "committed"
+
+
+def test_cli_reset_dry_run_moves_nothing(api: Api, make_topic, capsys) -> None:
+    topic, g = make_topic(1), unique()
+    api.config(g, start="earliest")
+    api.produce_exact(topic, ["a", "b"])
+    api.ack(api.message(consumer=g, topic=topic, max=10).json()["requestId"])
+    code, body, err = cli(capsys, api.urls[0], "reset", g, "--topic", topic, "--to", "earliest",
+                          "--dry-run")
+    assert code == 0, err
+    assert body["dryRun"] is True and [(q["from"], q["to"]) for q in body["queues"]] == [(2, 0)]
+    assert api.message(consumer=g, topic=topic).json()["status"] == "empty"  # still at 2

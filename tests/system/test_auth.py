@@ -48,6 +48,9 @@ def test_every_caller_against_every_action(sec: Secure, make_topic: Callable[...
     }
     batch = _one(sec, good, topic, g, 0)
     unlock_batch = _one(sec, good, topic, g, 1)
+    later = sec.call("POST", "/produce", producer_key, json={"topic": topic, "value": "later",
+                                                             "delayMs": 3_600_000})
+    delay_id = later.json()["results"][0]["delayId"]
     actions: dict[str, Callable[[str | None], Any]] = {
         "produce": lambda k: sec.call("POST", "/produce", k, 1, json={"topic": topic, "value": "m"}),
         "produce-other-topic": lambda k: sec.call("POST", "/produce", k, 1,
@@ -64,6 +67,7 @@ def test_every_caller_against_every_action(sec: Secure, make_topic: Callable[...
         "admin-list": lambda k: sec.call("GET", "/admin/consumers", k, 0),
         "admin-pause": lambda k: sec.call("POST", f"/admin/consumers/{g2}/pause", k, 1),
         "admin-keys": lambda k: sec.call("GET", "/admin/keys", k, 0),
+        "cancel-delayed": lambda k: sec.call("DELETE", f"/delayed/{delay_id}", k, 1),
     }
     bad = {"none": 401, "garbage": 401, "unknown": 401, "wrong-secret": 401}
     expected: dict[str, dict[str, int]] = {
@@ -80,6 +84,9 @@ def test_every_caller_against_every_action(sec: Secure, make_topic: Callable[...
         "admin-list": {**bad, "admin": 200, "producer": 403, "consumer": 403, "other-consumer": 403},
         "admin-pause": {**bad, "admin": 200, "producer": 403, "consumer": 403, "other-consumer": 403},
         "admin-keys": {**bad, "admin": 200, "producer": 403, "consumer": 403, "other-consumer": 403},
+        # the record's producer, and an operator (the console's Delayed view)
+        "cancel-delayed": {**bad, "admin": 200, "producer": 200, "consumer": 403,
+                           "other-consumer": 403},
     }
     seen: dict[tuple[str, str], int] = {}
     # Allowed calls last, so refused acks/unlocks are tried while the batch is still live.

@@ -265,12 +265,15 @@ def test_a_herd_of_first_polls_restores_once_per_queue_and_stalls_no_produce(
 
         async def run() -> list[int]:
             limits = httpx.Limits(max_connections=400, max_keepalive_connections=400)
-            # The producer has a connection of its own. Sharing the herd's pool, its POSTs took
-            # connections the herd had left idle, and the node closes an idle connection after
-            # keep_alive_timeout_ms (5 s): on RocketMQ, where the herd's polls take seconds, a
-            # POST raced such a close (httpx.ReadError, a CI run) rather than meet a slow node.
+            # The producer opens a connection per POST. On a kept-alive connection its POST,
+            # sent 20 ms after the previous answer, now and then met the connection closed
+            # under it (httpx.ReadError: two CI runs on RocketMQ, and 1 run in 4 here while the
+            # machine was loaded; nothing in the node's log). Not the idle close: it happened
+            # again (CI, RocketMQ, 2026-11-28) with a new connection per POST and a 75 s idle
+            # time. Cause unknown: an open question in the project's notes.
             async with httpx.AsyncClient(timeout=120, limits=limits) as http, \
-                    httpx.AsyncClient(timeout=120) as own:
+                    httpx.AsyncClient(timeout=120, limits=httpx.Limits(
+                        max_keepalive_connections=0)) as own:
                 herd_done = asyncio.Event()
 
                 async def poll(name: str) -> int:

@@ -379,7 +379,7 @@ def test_the_report_image_is_where_mqgw_report_runs() -> None:
 # --- what is reachable from outside (issue 20) -------------------------------------------------
 
 #: Paths that must not be public: the admin API and the metrics (README: Known limitations).
-PRIVATE = ("/admin", "/metrics")
+PRIVATE = ("/admin", "/metrics", "/console")
 
 
 def _api_paths() -> list[str]:

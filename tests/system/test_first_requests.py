@@ -24,11 +24,14 @@ def test_make_run_installs_only_what_run_needs() -> None:
 
 
 def test_docs_list_the_ack_checks_in_the_order_ack_lua_makes_them() -> None:
-    """ack.lua checks the key, then the batch (the prelude's ``batch_refusal``, which extend.lua
-    shares), in the order the docs list."""
+    """ack.lua checks the key, then the batch (the prelude's ``ack_batch``, which
+    instance_commit.lua shares, asks ``batch_refusal``, which extend.lua shares), in the order
+    the docs list."""
     lua_dir = ROOT / "gateway" / "store" / "lua"
     ack, prelude = (lua_dir / "ack.lua").read_text(), (lua_dir / "prelude.lua").read_text()
-    assert ack.index("'unauthorized'") < ack.index("batch_refusal(")
+    assert ack.index("'unauthorized'") < ack.index("ack_batch(")
+    acking = prelude.split("local function ack_batch", 1)[1].split("\nend\n", 1)[0]
+    assert "batch_refusal(" in acking
     batch = prelude.split("local function batch_refusal", 1)[1].split("\nend\n", 1)[0]
     order = ["unauthorized", *re.findall(r"return '([a-z_]+)'", batch)]
     doc = (ROOT / "docs" / "delivery-semantics.md").read_text()

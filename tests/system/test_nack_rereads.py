@@ -20,11 +20,11 @@ class SlowReads(MemoryBroker):
         self.empty = 0
 
     async def fetch(self, topic: str, queue: str, offset: int, max_records: int,
-                    tags: frozenset[str] | None = None) -> FetchResult:
+                    tags: frozenset[str] | None = None, max_bytes: int = 0) -> FetchResult:
         if self.empty > 0:
             self.empty -= 1
             return FetchResult([], offset, -1)
-        return await super().fetch(topic, queue, offset, max_records, tags)
+        return await super().fetch(topic, queue, offset, max_records, tags, max_bytes)
 
 
 def test_a_read_back_that_comes_back_empty_is_asked_again_not_committed_unretried(

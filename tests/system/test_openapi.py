@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis
 import redis.asyncio as aioredis
@@ -64,6 +65,10 @@ from ..support.openapi import (
 )
 
 pytestmark = pytest.mark.timeout(60)
+
+#: The REST v2 routes (gateway/api/v2.py): an instance's path, and a json produce's header.
+V2_I = "/consumers/{group}/instances/{instance}"
+V2_JSON = {"content-type": "application/vnd.kafka.json.v2+json"}
 
 
 # -- small clients ------------------------------------------------------------------------------------
@@ -330,6 +335,10 @@ def test_operational_endpoints(api: Api, done: Callable[[], None]) -> None:
     assert doc == SPEC, "the gateway serves another document than openapi.yaml"
     metrics = call(api, "GET", "/metrics", status=200)
     assert "# TYPE mqgw_requests_total counter" in metrics
+    assert "<title>mq-gateway console</title>" in call(api, "GET", "/console", status=200)
+    assert "use strict" in call(api, "GET", "/console/console.js", "/console/{asset}", 200)
+    assert ":root" in call(api, "GET", "/console/console.css", "/console/{asset}", 200)
+    call(api, "GET", "/console/..%2Fopenapi.yaml", "/console/{asset}", 404, "not_found")
     done()
 
 
@@ -571,6 +580,12 @@ def test_admin_pause_resume_reset(api: Api, make_topic: Callable[..., str], done
     assert call(api, "POST", f"/admin/consumers/{g}/resume", tmpl + "resume", 200)["paused"] is False
     assert call(api, "GET", f"/admin/consumers/{g}", "/admin/consumers/{consumer}", 200)["paused"] is False
     body = {"topic": topic, "to": "latest"}
+    check_request_body({**body, "dryRun": True}, tmpl + "reset", "post")
+    dry = call(api, "POST", f"/admin/consumers/{g}/reset", tmpl + "reset", 200,
+               json={**body, "dryRun": True})
+    assert dry["dryRun"] is True and dry["moved"] == 1
+    call(api, "POST", f"/admin/consumers/{g}/reset", tmpl + "reset", 400, "invalid_dry_run",
+         json={**body, "dryRun": 1})
     check_request_body(body, tmpl + "reset", "post")
     r = call(api, "POST", f"/admin/consumers/{g}/reset", tmpl + "reset", 200, json=body)
     assert r["queues"][0]["from"] == 0
@@ -755,6 +770,142 @@ def test_rate_limited_fetch(api: Api, make_topic: Callable[..., str], done: Call
     assert "ack" not in check(r, "/message", 429)
     configure(api, g, {"rateLimit": None})
     assert [m["value"] for m in fetch_ok(api, consumer=g, topic=topic, max=10)["messages"]] == ["b"]
+    done()
+
+
+def test_rest_v2_operations(api: Api, make_topic: Callable[..., str], done: Callable[[], None]) -> None:
+    """Every REST v2 operation (gateway/api/v2.py), its answers and its refusals, in the v2
+    error shape (``error_code``, ``message``, ``code``)."""
+    topic = make_topic(1)
+    group = unique("v2")
+    inst = f"/consumers/{group}/instances/i"
+
+    def v2(method: str, path: str, template: str, status: int, code: str | None = None,
+           body: Any = None, ctype: str = "application/vnd.kafka.v2+json", **kw: Any) -> Any:
+        if body is not None:
+            kw["content"] = orjson.dumps(body)
+            kw.setdefault("headers", {})["content-type"] = ctype
+        out = call(api, method, path, template, status, code, **kw)
+        if status >= 400:
+            assert set(out) == {"error_code", "message", "code"} and out["message"], out
+        return out
+
+    # produce and metadata
+    r = v2("POST", f"/topics/{topic}", "/topics/{topic}", 200, body={"records": [
+        {"key": "k", "value": {"n": 1}}, {"value": [2]}]}, ctype=V2_JSON["content-type"])
+    assert [o["offset"] for o in r["offsets"]] == [0, 1]
+    r = v2("POST", f"/topics/{topic}/partitions/0", "/topics/{topic}/partitions/{partition}", 200,
+           body={"records": [{"value": b64(b"\x00")}]}, ctype="application/vnd.kafka.binary.v2+json")
+    assert r["offsets"][0] == {"partition": 0, "offset": 2, "error_code": None, "error": None}
+    r = v2("POST", f"/topics/{topic}", "/topics/{topic}", 200, body={"records": [
+        {"value": 1, "partition": 9}]}, ctype=V2_JSON["content-type"])
+    assert r["offsets"][0]["error_code"] == 40402
+    v2("POST", f"/topics/{topic}", "/topics/{topic}", 415, "unsupported_media_type",
+       body={"records": [{"value": 1}]})
+    v2("POST", f"/topics/{topic}", "/topics/{topic}", 422, "invalid_records", body={"records": []},
+       ctype=V2_JSON["content-type"])
+    v2("POST", f"/topics/{topic}", "/topics/{topic}", 400, "invalid_json",
+       content=b"{", headers=V2_JSON)
+    v2("POST", "/topics/nope-" + group, "/topics/{topic}", 404, "unknown_topic",
+       body={"records": [{"value": 1}]}, ctype=V2_JSON["content-type"])
+    v2("POST", f"/topics/{topic}/partitions/7", "/topics/{topic}/partitions/{partition}", 200,
+       body={"records": [{"value": 1}]}, ctype=V2_JSON["content-type"])
+    assert topic in v2("GET", "/topics", "/topics", 200)
+    v2("GET", "/topics?x=1", "/topics", 422, "unknown_parameter")
+    assert v2("GET", f"/topics/{topic}", "/topics/{topic}", 200)["name"] == topic
+    v2("GET", "/topics/nope-" + group, "/topics/{topic}", 404, "unknown_topic")
+    v2("GET", "/topics/a%20b", "/topics/{topic}", 422, "invalid_topic")
+    assert len(v2("GET", f"/topics/{topic}/partitions", "/topics/{topic}/partitions", 200)) == 1
+    v2("GET", "/topics/nope-" + group + "/partitions", "/topics/{topic}/partitions", 404, "unknown_topic")
+    v2("GET", f"/topics/{topic}/partitions/0", "/topics/{topic}/partitions/{partition}", 200)
+    v2("GET", f"/topics/{topic}/partitions/3", "/topics/{topic}/partitions/{partition}", 404,
+       "unknown_partition")
+    assert v2("GET", f"/topics/{topic}/partitions/0/offsets",
+              "/topics/{topic}/partitions/{partition}/offsets", 200)["end_offset"] == 3
+    v2("GET", f"/topics/{topic}/partitions/5/offsets", "/topics/{topic}/partitions/{partition}/offsets",
+       404, "unknown_partition")
+    # an instance
+    r = v2("POST", f"/consumers/{group}", "/consumers/{group}", 200,
+           body={"name": "i", "format": "json", "auto.offset.reset": "earliest",
+                 "auto.commit.enable": "false", "max.poll.records": 2})
+    assert r["base_uri"].endswith(inst)
+    v2("POST", f"/consumers/{group}", "/consumers/{group}", 409, "instance_exists", body={"name": "i"})
+    v2("POST", f"/consumers/{group}", "/consumers/{group}", 422, "invalid_format", body={"format": "avro"})
+    v2("POST", f"/consumers/{group}", "/consumers/{group}", 415, "unsupported_media_type",
+       body={"name": "j"}, ctype="text/plain")
+    v2("POST", f"/consumers/{group}", "/consumers/{group}", 400, "invalid_json", content=b"[",
+       headers={"content-type": "application/vnd.kafka.v2+json"})
+    v2("GET", inst + "/records", V2_I + "/records", 409, "not_subscribed")
+    assert v2("GET", inst + "/subscription", V2_I + "/subscription", 200) == {"topics": []}
+    v2("POST", inst + "/subscription", V2_I + "/subscription", 204, body={"topics": [topic]})
+    v2("POST", inst + "/subscription", V2_I + "/subscription", 422, "topic_pattern_unsupported",
+       body={"topic_pattern": "x.*"})
+    v2("POST", inst + "/subscription", V2_I + "/subscription", 400, "invalid_json", content=b"{",
+       headers={"content-type": "application/vnd.kafka.v2+json"})
+    v2("POST", inst + "/subscription", V2_I + "/subscription", 415, "unsupported_media_type",
+       body={"topics": [topic]}, ctype="text/plain")
+    accept = {"accept": "application/vnd.kafka.json.v2+json"}
+    got = v2("GET", inst + "/records?timeout=2000", V2_I + "/records", 200, headers=accept)
+    assert [g["value"] for g in got] == [{"n": 1}, [2]]  # the binary record is not JSON
+    v2("GET", inst + "/records", V2_I + "/records", 406, "format_mismatch",
+       headers={"accept": "application/vnd.kafka.binary.v2+json"})
+    v2("GET", inst + "/records?timeout=soon", V2_I + "/records", 422, "invalid_timeout")
+    v2("POST", inst + "/offsets", V2_I + "/offsets", 200,
+       body={"offsets": [{"topic": topic, "partition": 0, "offset": 1}]})
+    v2("POST", inst + "/offsets", V2_I + "/offsets", 422, "invalid_offsets", body={"offsets": 1})
+    v2("POST", inst + "/offsets", V2_I + "/offsets", 400, "invalid_json", content=b"{",
+       headers={"content-type": "application/vnd.kafka.v2+json"})
+    r = v2("GET", inst + "/offsets", V2_I + "/offsets", 200,
+           body={"partitions": [{"topic": topic, "partition": 0}]})
+    assert r["offsets"][0]["offset"] == 2
+    v2("GET", inst + "/offsets", V2_I + "/offsets", 404, "unknown_partition")
+    v2("GET", inst + "/offsets", V2_I + "/offsets", 400, "invalid_json", content=b"{",
+       headers={"content-type": "application/vnd.kafka.v2+json"})
+    v2("GET", inst + "/records", V2_I + "/records", 422, "json_conversion", headers=accept)
+    for suffix in ("/beginning", "/end"):
+        v2("POST", inst + "/positions" + suffix, V2_I + "/positions" + suffix, 204,
+           body={"partitions": [{"topic": topic, "partition": 0}]})
+        v2("POST", inst + "/positions" + suffix, V2_I + "/positions" + suffix, 422,
+           "invalid_partitions", body={"partitions": []})
+        v2("POST", inst + "/positions" + suffix, V2_I + "/positions" + suffix, 400, "invalid_json",
+           content=b"{", headers={"content-type": "application/vnd.kafka.v2+json"})
+        v2("POST", inst + "/positions" + suffix, V2_I + "/positions" + suffix, 415,
+           "unsupported_media_type", body={"partitions": []}, ctype="text/plain")
+        v2("POST", inst + "/positions" + suffix, V2_I + "/positions" + suffix, 404, "unknown_queue",
+           body={"partitions": [{"topic": topic, "partition": 4}]})
+    for suffix in ("", "/"):
+        v2("POST", inst + "/positions" + suffix, V2_I + "/positions" + suffix, 204,
+           body={"offsets": [{"topic": topic, "partition": 0, "offset": 0}]})
+        v2("POST", inst + "/positions" + suffix, V2_I + "/positions" + suffix, 422,
+           "offset_out_of_range", body={"offsets": [{"topic": topic, "partition": 0, "offset": 99}]})
+        v2("POST", inst + "/positions" + suffix, V2_I + "/positions" + suffix, 400, "invalid_json",
+           content=b"{", headers={"content-type": "application/vnd.kafka.v2+json"})
+        v2("POST", inst + "/positions" + suffix, V2_I + "/positions" + suffix, 415,
+           "unsupported_media_type", body={"offsets": []}, ctype="text/plain")
+    for method in ("GET", "POST"):
+        v2(method, inst + "/assignments", V2_I + "/assignments", 409, "assignments_unsupported")
+        v2(method, f"/consumers/{group}/instances/nope/assignments", V2_I + "/assignments", 404,
+           "unknown_instance")
+    v2("DELETE", inst + "/subscription", V2_I + "/subscription", 204)
+    v2("DELETE", inst, V2_I, 204)
+    for method, suffix in [("DELETE", ""), ("GET", "/subscription"), ("DELETE", "/subscription"),
+                           ("GET", "/records"), ("POST", "/offsets")]:
+        v2(method, inst + suffix, V2_I + suffix, 404, "unknown_instance")
+    v2("POST", inst + "/subscription", V2_I + "/subscription", 404, "unknown_instance",
+       body={"topics": [topic]})
+    v2("GET", inst + "/offsets", V2_I + "/offsets", 404, "unknown_instance",
+       body={"partitions": [{"topic": topic, "partition": 0}]})
+    for suffix in ("", "/"):
+        v2("POST", inst + "/positions" + suffix, V2_I + "/positions" + suffix, 404, "unknown_instance",
+           body={"offsets": [{"topic": topic, "partition": 0, "offset": 0}]})
+    for suffix in ("/beginning", "/end"):
+        v2("POST", inst + "/positions" + suffix, V2_I + "/positions" + suffix, 404,
+           "unknown_instance", body={"partitions": [{"topic": topic, "partition": 0}]})
+    v2("DELETE", "/consumers/a:b/instances/i", V2_I, 422, "invalid_consumer")
+    v2("GET", f"/consumers/{group}/instances/a:b/subscription", V2_I + "/subscription", 422,
+       "invalid_instance")
+    v2("POST", f"/consumers/{group}", "/consumers/{group}", 422, "unknown_field", body={"nmae": "x"})
+    v2("POST", "/consumers/a:b", "/consumers/{group}", 422, "invalid_consumer", body={})
     done()
 
 
@@ -1231,7 +1382,7 @@ def test_fuzzed_requests_match_spec(node_factory: Callable[..., Node], shared_to
         api.http.close()
 
 
-@pytest.mark.parametrize("method,path", [("GET", "/nope"), ("GET", "/consumers/g"), ("POST", "/consumers/g/queues/x"),
+@pytest.mark.parametrize("method,path", [("GET", "/nope"), ("GET", "/consumers/g/x"), ("POST", "/consumers/g/queues/x"),
                                          ("GET", "/consumers/g/config"), ("PUT", "/consumers/g/config"),
                                          ("GET", "/admin/consumers/g/queues")])
 def test_unknown_route_is_404_error_body(api: Api, method: str, path: str) -> None:
@@ -1246,7 +1397,9 @@ def test_unknown_route_is_404_error_body(api: Api, method: str, path: str) -> No
                                          ("POST", "/healthz"), ("DELETE", "/consumers/g/queues"),
                                          ("POST", "/admin/consumers"), ("POST", "/admin/consumers/g"),
                                          ("GET", "/admin/consumers/g/pause"), ("PATCH", "/admin/producers/p"),
-                                         ("DELETE", "/admin/keys"), ("PUT", "/admin/keys/0123456789abcdef")])
+                                         ("DELETE", "/admin/keys"), ("PUT", "/admin/keys/0123456789abcdef"),
+                                         ("GET", "/consumers/g"), ("PUT", "/topics/t"),
+                                         ("DELETE", "/topics/t/partitions/0")])
 def test_undocumented_method_is_405_error_body(api: Api, method: str, path: str) -> None:
     template = next(p for p in SPEC["paths"] if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", p), path))
     assert method.lower() not in SPEC["paths"][template]
@@ -1270,14 +1423,29 @@ def test_body_too_large(node_factory: Callable[..., Node], shared_topic: str, do
                  ("POST", "/admin/consumers/g/reset", "/admin/consumers/{consumer}/reset"),
                  ("PUT", "/admin/producers/p", "/admin/producers/{name}"), ("POST", "/admin/keys", "/admin/keys"),
                  ("POST", "/admin/topics", "/admin/topics")]
+        i = "/consumers/{group}/instances/{instance}"
+        v2 = [("POST", f"/topics/{shared_topic}", "/topics/{topic}"),
+              ("POST", f"/topics/{shared_topic}/partitions/0", "/topics/{topic}/partitions/{partition}"),
+              ("POST", "/consumers/g", "/consumers/{group}"),
+              ("POST", "/consumers/g/instances/i/subscription", i + "/subscription"),
+              ("POST", "/consumers/g/instances/i/offsets", i + "/offsets"),
+              ("GET", "/consumers/g/instances/i/offsets", i + "/offsets"),
+              ("POST", "/consumers/g/instances/i/positions", i + "/positions"),
+              ("POST", "/consumers/g/instances/i/positions/", i + "/positions/"),
+              ("POST", "/consumers/g/instances/i/positions/beginning", i + "/positions/beginning"),
+              ("POST", "/consumers/g/instances/i/positions/end", i + "/positions/end")]
         documented = {(p, m) for p, m, op in operations() if "requestBody" in op}
-        assert {(t, m.lower()) for m, _, t in cases} == documented, "every operation with a body is covered"
-        for method, path, template in cases:
-            body = call(api, method, path, template, 413, "body_too_large", json=big)  # declared length
-            assert body["error"]["details"] == {"limit": 512}
+        assert {(t, m.lower()) for m, _, t in cases + v2} == documented, \
+            "every operation with a body is covered"
+        for method, path, template in cases + v2:
+            ctype = "application/vnd.kafka.json.v2+json" if (method, template) in \
+                {(m, t) for m, _, t in v2} else "application/json"
+            body = call(api, method, path, template, 413, "body_too_large",  # declared length
+                        content=orjson.dumps(big), headers={"content-type": ctype})
+            assert body.get("error", body).get("details", {"limit": 512}) == {"limit": 512}
             chunks = iter([b'{"topic": "', b"x" * 400, b"x" * 400, b'"}'])  # chunked: no length given
             call(api, method, path, template, 413, "body_too_large", content=chunks,
-                 headers={"content-type": "application/json"})
+                 headers={"content-type": ctype})
         # within the limit it works
         produce(api, {"topic": shared_topic, "value": "small"})
         done()
@@ -1349,6 +1517,29 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
             ("GET", "/admin/backlog", "/admin/backlog", {}),
             ("GET", "/admin/alerts", "/admin/alerts", {}),
             ("POST", "/admin/alerts/evaluate", "/admin/alerts/evaluate", {}),
+            ("POST", f"/topics/{shared_topic}?producer=p", "/topics/{topic}",
+             {"content": b'{"records": [{"value": 1}]}', "headers": V2_JSON}),
+            ("POST", f"/topics/{shared_topic}/partitions/0?producer=p",
+             "/topics/{topic}/partitions/{partition}",
+             {"content": b'{"records": [{"value": 1}]}', "headers": V2_JSON}),
+            ("POST", "/consumers/g", "/consumers/{group}", {"json": {"name": "i"}}),
+            ("DELETE", "/consumers/g/instances/i", V2_I, {}),
+            ("GET", "/consumers/g/instances/i/subscription", V2_I + "/subscription", {}),
+            ("POST", "/consumers/g/instances/i/subscription", V2_I + "/subscription",
+             {"json": {"topics": [shared_topic]}}),
+            ("DELETE", "/consumers/g/instances/i/subscription", V2_I + "/subscription", {}),
+            ("GET", "/consumers/g/instances/i/records", V2_I + "/records", {}),
+            ("POST", "/consumers/g/instances/i/offsets", V2_I + "/offsets", {}),
+            ("GET", "/consumers/g/instances/i/offsets", V2_I + "/offsets",
+             {"json": {"partitions": [{"topic": shared_topic, "partition": 0}]}}),
+            *[("POST", f"/consumers/g/instances/i/positions{p}", V2_I + f"/positions{p}",
+               {"json": {"partitions": [{"topic": shared_topic, "partition": 0}]}})
+              for p in ("/beginning", "/end")],
+            *[("POST", f"/consumers/g/instances/i/positions{p}", V2_I + f"/positions{p}",
+               {"json": {"offsets": [{"topic": shared_topic, "partition": 0, "offset": 0}]}})
+              for p in ("", "/")],
+            ("GET", "/consumers/g/instances/i/assignments", V2_I + "/assignments", {}),
+            ("POST", "/consumers/g/instances/i/assignments", V2_I + "/assignments", {}),
         ]
         before = dependency_errors(api, "redis")
         for method, path, template, kw in cases:

@@ -97,6 +97,36 @@ def test_slow_and_silent_connections_are_dropped_while_the_node_keeps_answering(
     assert dropped is not None and int(dropped.group(1)) >= 1, metrics
 
 
+def test_a_new_connection_gets_the_head_time_and_a_used_one_the_idle_time(
+        node_factory: Callable[..., Node]) -> None:
+    """A silent new connection is closed after ``header_timeout_ms``; one that was served stays
+    open between requests for ``keep_alive_timeout_ms`` (75 s by default: longer than clients'
+    and balancers' own idle expiry, so none reuses a connection the node is closing)."""
+    node = node_factory(workers=1, header_timeout_ms=1000, keep_alive_timeout_ms=60_000)
+    port = _port(node)
+
+    async def get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        length = int(re.search(rb"content-length: (\d+)", head, re.I).group(1))  # type: ignore[union-attr]
+        await asyncio.wait_for(reader.readexactly(length), 10)
+        return head
+
+    async def run() -> tuple[float | None, bytes, bytes]:
+        silent = await _silent(port, 30)  # well before the 60 s idle time
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            first = await get(reader, writer)
+            await asyncio.sleep(2.5)  # idle past the head time (1 s), within the idle time
+            return silent, first, await get(reader, writer)
+        finally:
+            writer.close()
+
+    silent, first, second = asyncio.run(run())
+    assert silent is not None, "a silent new connection was not closed"
+    assert first.startswith(b"HTTP/1.1 200") and second.startswith(b"HTTP/1.1 200"), second
+
+
 def test_connections_beyond_the_cap_get_a_clean_503(node_factory: Callable[..., Node]) -> None:
     node = node_factory(workers=1, max_connections_per_worker=20, keep_alive_timeout_ms=30_000)
     port = _port(node)

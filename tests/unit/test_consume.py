@@ -350,3 +350,87 @@ async def test_extend_is_refused_once_the_lock_is_lost_or_handed_back(
     gone = await gw.store.reset(C, "", T, {"0": 0}) and await gw.store.redis.delete(
         gw.store.queues_key(C, ""))
     assert gone and (await gw.consume.extend(c.batch.request_id)).result == "unknown"
+
+
+async def test_one_fetch_over_several_topics_answers_from_the_one_with_records(
+        gw: Gateway, broker: MemoryBroker) -> None:
+    broker.create("a", 1)
+    broker.create("b", 2)
+    broker.append("b", "1", "in-b")
+    got = await gw.fetch(C, topic="a", also_topics=("b",))
+    assert got.topic == "b" and values(got) == ["in-b"]
+    assert (await gw.consume.ack(got.batch.request_id)).result == "committed"  # type: ignore[union-attr]
+    assert (await gw.fetch(C, topic="a", also_topics=("b",))).status == "empty"
+    broker.append("a", "0", "in-a")  # the piggy-backed ack of a batch of either topic is taken
+    got = await gw.fetch(C, topic="b", also_topics=("a",), wait_ms=2_000)
+    assert got.topic == "a" and values(got) == ["in-a"]
+    nxt = await gw.fetch(C, topic="b", also_topics=("a",), ack_request_id=got.batch.request_id)  # type: ignore[union-attr]
+    assert nxt.ack is not None and nxt.ack.result == "committed" and nxt.status == "empty"
+
+
+async def test_a_long_poll_over_several_topics_wakes_for_any_of_them(
+        gw: Gateway, broker: MemoryBroker) -> None:
+    broker.create("a", 1)
+    broker.create("b", 1)
+    poll = asyncio.ensure_future(gw.fetch(C, topic="a", also_topics=("b",), wait_ms=5_000))
+    await asyncio.sleep(0.05)
+    assert not poll.done()
+    broker.append("b", "0", "late")
+    got = await asyncio.wait_for(poll, 5)
+    assert got.topic == "b" and values(got) == ["late"]
+
+
+async def test_batches_locked_at_once_on_several_topics_are_handed_back_but_one(
+        make_gateway: Any, broker: MemoryBroker) -> None:
+    """Both long polls find records in the same instant: one batch is answered, the other
+    queue is unlocked at once (another fetch takes it without waiting for a lock timeout: a
+    lock left behind would hold it for a minute, past the second fetch's wait)."""
+    gw = make_gateway(consume_timeout_ms=60_000)
+    broker.create("a", 1)
+    broker.create("b", 1)
+    poll = asyncio.ensure_future(gw.fetch(C, topic="a", also_topics=("b",), wait_ms=5_000))
+    await asyncio.sleep(0.05)
+    broker.append("a", "0", "x")
+    broker.append("b", "0", "y")
+    first = await asyncio.wait_for(poll, 5)
+    assert first.batch is not None
+    other = "b" if first.topic == "a" else "a"
+    # A long poll: the other topic's watermark copy may not have seen its record yet (it is
+    # refreshed every metadata_refresh_ms; the first answer came from the other topic's copy).
+    second = await gw.fetch(C, topic=other, wait_ms=5_000)
+    assert second.batch is not None and second.topic == other
+
+
+async def test_a_poll_choosing_when_another_topic_answers_is_not_cut_mid_choose(
+        make_gateway: Any, broker: MemoryBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other topic's poll is inside choose (its script has locked the queue, its reply not
+    yet read) when the first batch is answered: it is not cancelled there, which would leave
+    the queue locked for the whole lock timeout; it finishes, and its batch is handed back."""
+    gw = make_gateway(consume_timeout_ms=60_000)
+    broker.create("a", 1)
+    broker.create("b", 1)
+    choose = gw.store.choose
+    in_choose = asyncio.Event()
+
+    async def slow_on_a(consumer: str, client_id: str, topic: str, *args: Any, **kw: Any) -> Any:
+        got = await choose(consumer, client_id, topic, *args, **kw)
+        if topic == "a" and in_choose.is_set():  # the long poll's choose, not the first look
+            await asyncio.sleep(0.3)  # the script ran; its reply is still on its way
+        return got
+
+    monkeypatch.setattr(gw.store, "choose", slow_on_a)
+    poll = asyncio.ensure_future(gw.fetch(C, topic="a", also_topics=("b",), wait_ms=5_000))
+    await asyncio.sleep(0.05)  # both long polls wait
+    in_choose.set()
+    broker.append("a", "0", "x")
+    broker.append("b", "0", "y")
+    first = await asyncio.wait_for(poll, 5)
+    assert first.batch is not None and first.topic == "b"
+    second = await gw.fetch(C, topic="a", wait_ms=2_000)
+    assert second.batch is not None and second.topic == "a"
+
+
+async def test_an_unknown_topic_among_several_is_refused(gw: Gateway, broker: MemoryBroker) -> None:
+    broker.create("a", 1)
+    with pytest.raises(UnknownTopic):
+        await gw.fetch(C, topic="a", also_topics=("nope",))

@@ -111,3 +111,42 @@ def test_an_event_among_the_skipped_records_means_a_seek() -> None:
     with pytest.raises(WouldBlock):  # the seek dropped what was held: the rest waits in a thread
         read(pc, "t", 0, 5, 10, blocking=False)
     assert held.assigned == [5]
+
+
+def test_a_byte_limit_holds_the_cut_tail_for_the_next_batch_without_a_seek() -> None:
+    """``max_bytes``: the batch ends where the limit says; the records consumed past it stay
+    held, so the next batch (which starts at the first of them) needs no seek."""
+    held = Held([msg(o) for o in range(10, 20)])  # values b"v10".. b"v19": 3 bytes each
+    pc = at(held, 10)
+    r = read(pc, "t", 0, 10, 10, blocking=False, max_bytes=7)
+    assert offsets(r) == [10, 11] and held.assigned == []
+    assert pc.position == 20 and [x.offset for x in pc.held] == list(range(12, 20))
+    r = read(pc, "t", 0, 12, 3, blocking=False, max_bytes=100)
+    assert offsets(r) == [12, 13, 14] and held.assigned == []
+
+
+def test_held_records_then_more_from_the_consumer() -> None:
+    held = Held([msg(o) for o in range(10, 16)], chunk=3)
+    pc = at(held, 10)
+    assert offsets(read(pc, "t", 0, 10, 10, blocking=False, max_bytes=3)) == [10]
+    assert [x.offset for x in pc.held] == [11, 12] and pc.position == 13
+    r = read(pc, "t", 0, 11, 5, blocking=False)  # the held two, then 13..15 from the consumer
+    assert offsets(r) == [11, 12, 13, 14, 15] and held.assigned == [] and pc.held == []
+
+
+def test_held_records_at_the_end_of_the_partition_are_served_without_waiting() -> None:
+    held = Held([msg(5), msg(6), msg(7), eof(8)])
+    pc = at(held, 5)
+    assert offsets(read(pc, "t", 0, 5, 10, blocking=False, max_bytes=2)) == [5]
+    assert pc.at_eof and pc.position == 8
+    # no WouldBlock: the held records are all there was, and the event said so
+    assert offsets(read(pc, "t", 0, 6, 10, blocking=False)) == [6, 7] and held.assigned == []
+
+
+def test_a_read_behind_the_held_records_seeks_and_forgets_them() -> None:
+    held = Held([msg(o) for o in range(10, 14)])
+    pc = at(held, 10)
+    read(pc, "t", 0, 10, 10, blocking=False, max_bytes=3)
+    with pytest.raises(WouldBlock):  # a redelivery of 9: a seek, then a wait in a thread
+        read(pc, "t", 0, 9, 10, blocking=False)
+    assert held.assigned == [9] and pc.held == []

@@ -119,3 +119,26 @@ async def test_a_reset_is_written_to_the_checkpoint_at_once(
     gw = make_gateway(checkpoint_interval_ms=60_000)
     await do(gw, to="offset", queue="0", offset=3)
     assert broker.groups["mqgw." + C] == {(T, "0"): 3}
+
+
+async def test_a_dry_run_says_what_would_move_and_moves_nothing(gw: Gateway, topic: str) -> None:
+    await do(gw, to="latest")
+    held = await gw.fetch(C)  # nothing to read at the end; the lock tokens must stay too
+    assert held.batch is None
+    before = await gw.store.redis.hgetall(gw.store.queues_key(C))
+    r = await do(gw, to="earliest", dry_run=True)
+    assert r.dry_run and r.moved == 2
+    assert sorted((m.queue, m.before, m.after) for m in r.queues) == [("0", 10, 0), ("1", 10, 4)]
+    assert await gw.store.redis.hgetall(gw.store.queues_key(C)) == before  # not a field changed
+    r = await do(gw, to="offset", queue="1", offset=5, dry_run=True)
+    assert [(m.queue, m.before, m.after) for m in r.queues] == [("1", 10, 5)]
+    with pytest.raises(DomainError) as e:
+        await do(gw, to="latest", dry_run="yes")
+    assert e.value.code == "invalid_dry_run"
+
+
+async def test_a_dry_run_on_a_consumer_that_never_read_shows_no_offsets(
+        gw: Gateway, topic: str) -> None:
+    r = await do(gw, to="earliest", dry_run=True)
+    assert sorted((m.queue, m.before, m.after) for m in r.queues) == [("0", None, 0), ("1", None, 4)]
+    assert await committed(gw) == {}

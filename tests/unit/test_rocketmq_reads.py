@@ -46,8 +46,10 @@ def records(*offsets: int, tag: str = "A") -> bytes:
     return b"".join(stored(o, b"v%d" % o, {"TAGS": tag}) for o in offsets)
 
 
-async def read(client: Scripted, offset: int, n: int = 10, tags: Any = None) -> Any:
-    return await pull(client, None, "g", "t", "broker-a.0", offset, n, tags)  # type: ignore[arg-type]
+async def read(client: Scripted, offset: int, n: int = 10, tags: Any = None,
+               max_bytes: int = 0) -> Any:
+    return await pull(client, None, "g", "t", "broker-a.0", offset, n, tags,  # type: ignore[arg-type]
+                      max_bytes)
 
 
 async def test_records_and_the_next_offset() -> None:
@@ -116,3 +118,11 @@ async def test_the_rest_of_a_large_read_is_asked_at_once_and_a_short_answer_rest
     r = await read(c, 0, 100)
     assert [x.offset for x in r.records] == list(range(100)) and r.next_offset == 100
     assert c.asked == [0, 32, 64, 96, 42, 74]
+
+
+async def test_a_byte_limit_ends_the_read_after_the_last_record_that_fits() -> None:
+    """Values b"v10".. are 3 bytes: 7 bytes hold two. The pull after the limit is not made."""
+    c = Scripted(answer(Resp.SUCCESS, 13, hi=100, body=records(10, 11, 12)))
+    r = await read(c, 10, n=10, max_bytes=7)
+    assert [x.offset for x in r.records] == [10, 11] and r.next_offset == 12
+    assert c.asked == [10]

@@ -99,13 +99,14 @@ class KafkaBroker(Broker):
 
     # -- fetch and produce ------------------------------------------------------------------
     async def fetch(self, topic: str, queue: str, offset: int, max_records: int,
-                    tags: frozenset[str] | None = None) -> FetchResult:
+                    tags: frozenset[str] | None = None, max_bytes: int = 0) -> FetchResult:
         """Read at ``offset`` through the pool; offsets skipped at the start are reported in
         ``skipped``. ``gap_recheck_ms`` > 0: holes are looked at again (:mod:`.reads`)."""
         trust = self._gap_recheck_s <= 0
         pool = self._clients.pool
         return await read_checked(
-            lambda at: pool.fetch(topic, int(queue), at, max_records, stop_at_holes=not trust),
+            lambda at: pool.fetch(topic, int(queue), at, max_records, stop_at_holes=not trust,
+                                  max_bytes=max_bytes),
             offset, self._gap_recheck_s)
 
     async def produce(self, topic: str, messages: list[OutgoingMessage],

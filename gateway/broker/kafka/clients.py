@@ -2,8 +2,8 @@
 
 Per process the adapter keeps two producers (a lingering one for bulk writes, a short-lingering
 one for requests of a few records), each with a thread that polls it (it resolves delivery
-callbacks), one admin client for ListOffsets, CreateTopics and listings, one metadata consumer,
-and a pool of fetch consumers with partition affinity (:mod:`.fetch`). Every blocking call on
+callbacks), one admin client for CreateTopics and listings, one metadata consumer (metadata and
+ListOffsets), and a pool of fetch consumers with partition affinity (:mod:`.fetch`). Every blocking call on
 them runs in one thread pool (:meth:`Clients.run`); checkpoint groups have consumers and
 threads of their own (:mod:`.groups`).
 """
@@ -130,7 +130,9 @@ class Clients:
         self.producer = Producer(conf)
         self.small_producer = Producer({**conf, "linger.ms": 0.5})
         self.admin = AdminClient(dict(self.common))
-        self.meta = Consumer(self.consumer_conf())
+        # read_uncommitted: its ListOffsets at the log end answer the high watermark (with
+        # read_committed, the last stable offset), as the admin client's did (metadata.py).
+        self.meta = Consumer({**self.consumer_conf(), "isolation.level": "read_uncommitted"})
         self.pool = FetchPool(lambda: Consumer(self.consumer_conf()), self._pool_size, self.run)
         self.running = True
         self._pollers = [

@@ -6,6 +6,8 @@ consumer stays assigned to the partition it last read, and the next read of that
 partition goes to it: at its position it serves straight from memory; a little ahead
 of it (another gateway process served the batch in between) it skips forward through
 records it already holds. Only a read behind it (a redelivery) or far ahead seeks.
+A read cut short by a byte limit keeps the records it took but did not return (``held``), so
+the next batch, which starts at the first of them, is served from there without a seek.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from ..base import BrokerUnavailable, Record, UnknownTopic
+from ..base import BrokerUnavailable, Record, UnknownTopic, fitting
 from .errors import UNKNOWN_CODES
 
 _OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
@@ -75,7 +77,7 @@ class WouldBlock(Exception):
 
 
 class PooledConsumer:
-    __slots__ = ("at_eof", "consumer", "known", "partition", "position", "topic", "used")
+    __slots__ = ("at_eof", "consumer", "held", "known", "partition", "position", "topic", "used")
 
     def __init__(self, consumer: Consumer) -> None:
         self.consumer = consumer
@@ -85,11 +87,21 @@ class PooledConsumer:
         self.partition = -1
         self.position = -1  # next offset this consumer returns without a seek; -1 unknown
         self.at_eof = False  # it reported end-of-partition at ``position``
+        #: Records it consumed up to ``position`` but did not return (a read cut by max_bytes).
+        self.held: list[Record] = []
         self.used = 0.0
 
     def can_continue_to(self, topic: str, partition: int, offset: int) -> bool:
-        return (self.topic == topic and self.partition == partition and not self.at_eof
-                and 0 <= self.position <= offset <= self.position + SKIP_AHEAD)
+        if self.topic != topic or self.partition != partition or self.position < 0:
+            return False
+        if self.held and self.held[0].offset <= offset < self.position:
+            return True
+        return not self.at_eof and self.position <= offset <= self.position + SKIP_AHEAD
+
+    def reset(self, topic: str = "", partition: int = -1) -> None:
+        """Forget where it stands (it is reassigned, or parked)."""
+        self.topic, self.partition, self.position, self.at_eof, self.held = \
+            topic, partition, -1, False, []
 
 
 class FetchPool:
@@ -126,14 +138,14 @@ class FetchPool:
             except KafkaException:
                 pass  # it is reassigned (or the pool closed) on next use either way
             finally:
-                pc.topic, pc.partition, pc.position, pc.at_eof = "", -1, -1, False
+                pc.reset()
                 async with self._cond:
                     self._idle.append(pc)
                     self._cond.notify()
         return len(stale)
 
     async def fetch(self, topic: str, partition: int, offset: int, max_records: int,
-                    stop_at_holes: bool = True) -> RawRead:
+                    stop_at_holes: bool = True, max_bytes: int = 0) -> RawRead:
         if self._sweeper is None:  # made here: the pool is built before the event loop runs it
             self._sweeper = asyncio.ensure_future(self._sweep())
         pc = await self._acquire(topic, partition)
@@ -143,13 +155,14 @@ class FetchPool:
                 # (thread wake-up + GIL hand-off) costs more than the read itself.
                 try:
                     return read(pc, topic, partition, offset, max_records, blocking=False,
-                                stop_at_holes=stop_at_holes)
+                                stop_at_holes=stop_at_holes, max_bytes=max_bytes)
                 except WouldBlock as wb:
                     done: RawRead = await self._run(read, pc, topic, partition, offset,
-                                                    max_records, True, wb.state, stop_at_holes)
+                                                    max_records, True, wb.state, stop_at_holes,
+                                                    max_bytes)
                     return done
             res: RawRead = await self._run(read, pc, topic, partition, offset, max_records, True,
-                                           None, stop_at_holes)
+                                           None, stop_at_holes, max_bytes)
             return res
         finally:
             async with self._cond:
@@ -170,29 +183,35 @@ class FetchPool:
 
 def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_records: int,
          blocking: bool = True, state: ReadState | None = None,
-         stop_at_holes: bool = True) -> RawRead:
-    """Return up to ``max_records`` readable from ``offset`` now. Blocking (in a thread) by
-    default; with ``blocking`` False it raises WouldBlock, carrying what it read so far as the
-    ``state`` to continue from, instead of waiting. ``stop_at_holes`` ends the batch before an
-    offset missing inside it, for a caller that re-checks holes (:mod:`.reads`)."""
+         stop_at_holes: bool = True, max_bytes: int = 0) -> RawRead:
+    """Return up to ``max_records`` readable from ``offset`` now (``max_bytes``: no more than
+    ``fitting`` keeps; the rest stays ``held``). Blocking (in a thread) by default; with
+    ``blocking`` False it raises WouldBlock, carrying what it read so far as the ``state`` to
+    continue from, instead of waiting. ``stop_at_holes`` ends the batch before an offset missing
+    inside it, for a caller that re-checks holes (:mod:`.reads`)."""
     c = pc.consumer
     tp = TopicPartition(topic, partition, offset)
+    eof = False
     if state is None:
         reused = pc.can_continue_to(topic, partition, offset)
         records: list[Record] = []
-        if reused and pc.position < offset:
+        if reused and offset < pc.position:  # it starts in what the last read held back
+            records = [r for r in pc.held if r.offset >= offset]
+            eof = pc.at_eof  # nothing was left past them then: return these, wait for nothing
+        elif reused and pc.position < offset:
             reused, records = _skip_to(pc, offset, stop_at_holes)
         if not reused:
             _learn(pc, topic)
             c.assign([tp])
-        pc.topic, pc.partition, pc.position, pc.at_eof = topic, partition, -1, False
+        pc.reset(topic, partition)
         deadline = time.monotonic() + FETCH_WAIT_S
     else:
         reused, records, deadline = state
     error: KafkaError | None = None
-    eof = gap = dropped = False
+    gap = dropped = False
     eof_offset = -1
-    while len(records) < max_records and not (eof or gap or error):
+    while len(records) < max_records and not (eof or gap or error or (
+            max_bytes and fitting(records, max_bytes) < len(records))):
         # Take what is already queued without blocking; block only for the first new message.
         msgs = c.consume(max_records - len(records), 0)
         if not msgs and not blocking:
@@ -224,8 +243,11 @@ def read(pc: PooledConsumer, topic: str, partition: int, offset: int, max_record
                 continue
             dropped = gap or i + 1 < len(msgs)
             break
+    held: list[Record] = []
+    if (n := min(max_records, fitting(records, max_bytes))) < len(records):
+        records, held = records[:n], records[n:]  # (more than max_records: held ones, reused)
     if records and error is None and not dropped:
-        pc.position, pc.at_eof = records[-1].offset + 1, eof
+        pc.position, pc.at_eof, pc.held = (held or records)[-1].offset + 1, eof, held
     try:
         hw = c.get_watermark_offsets(TopicPartition(topic, partition), cached=True)[1]
     except KafkaException:

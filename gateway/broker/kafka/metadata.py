@@ -1,7 +1,7 @@
 """What a Kafka cluster says about its topics: partitions, watermarks, listings, descriptions.
 
 Partition lists are cached for :data:`METADATA_TTL_S`; watermarks are asked for each time
-(ListOffsets through the admin client), and a partition whose leader is moving is asked again
+(ListOffsets through the metadata consumer), and a partition whose leader is moving is asked again
 after short pauses rather than failing the request at once.
 """
 
@@ -11,8 +11,7 @@ import asyncio
 import time
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import OffsetSpec
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ..base import BrokerUnavailable, QueueInfo, TopicInfo, UnknownTopic
 from .clients import Clients
@@ -26,6 +25,8 @@ LEADER_RETRY_S = (0.05, 0.2, 0.5)
 #: Kafka's own topics (__consumer_offsets, __transaction_state, __share_group_state, ...) are
 #: named so; the admin API lists them only when asked.
 INTERNAL_PREFIX = "__"
+#: The timestamps ListOffsets answers with a partition's first offset and its high watermark.
+LOG_START, LOG_END = -2, -1
 
 
 class Metadata:
@@ -61,13 +62,6 @@ class Metadata:
         except KafkaException as e:
             raise BrokerUnavailable(str(e)) from None
 
-    def refresh_admin(self, topic: str) -> None:
-        """Have the admin client ask for the topic's metadata now (blocking)."""
-        try:
-            self._clients.admin.list_topics(topic, timeout=5)
-        except KafkaException:
-            pass  # best effort: the next refresh tries again
-
     async def topics(self, prefix: str) -> set[str]:
         def names() -> set[str]:
             try:  # the admin client: on the metadata client's handle, a listing every second
@@ -89,80 +83,89 @@ class Metadata:
 
     # -- watermarks -----------------------------------------------------------------------
     async def watermarks(self, topic: str) -> dict[str, tuple[int, int]]:
-        parts = await self.partitions(topic, fresh=True)
+        parts = await self.partitions(topic, fresh=True)  # (fresh: the leaders, too)
         tps = [TopicPartition(topic, p) for p in parts]
         for delay in (*LEADER_RETRY_S, None):
             try:
-                out, lagging = await self._list_offsets(tps)
-                if lagging:
-                    # The metadata consumer knows partitions (or a whole new topic) that the admin
-                    # client does not yet: it refreshes its metadata only every 5 minutes by
-                    # itself. Measured on Apache Kafka 4.1: after CreatePartitions the whole topic
-                    # answered 404 for as long as that lasted, and a topic just created did now
-                    # and then.
-                    await self._clients.run(self.refresh_admin, topic)
-                    out, lagging = await self._list_offsets(tps)
+                out, failed = await self._list_offsets(tps)
+                for _tp, miss in failed:
+                    if not is_unknown(miss):
+                        raise KafkaException(miss)
                 if not out:
                     raise UnknownTopic(topic)
-                return out  # a partition still unknown to the admin client is left out for now
+                # A partition the metadata consumer does not know yet (just added) is left out
+                # for now: the next refresh finds it.
+                return {str(tp.partition): ends for tp, ends in out.items()}
             except KafkaException as e:
                 err = error_of(e)
                 if is_unknown(err):
                     raise UnknownTopic(topic) from None
                 if delay is None or not is_leader_change(err):
                     raise BrokerUnavailable(str(e)) from None
-            await self._clients.run(self.refresh_admin, topic)
+            await self._clients.run(self._refresh, topic)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def _list_offsets(self, tps: list[TopicPartition]) -> tuple[dict[str, tuple[int, int]], bool]:
-        """(low and high watermark per partition, whether some partition was unknown)."""
-        admin = self._clients.admin
-        earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        lo_f = admin.list_offsets({tp: earliest for tp in tps}, request_timeout=5)
-        hi_f = admin.list_offsets({tp: latest for tp in tps}, request_timeout=5)
-        out: dict[str, tuple[int, int]] = {}
-        lagging = False
-        for tp in tps:
-            try:
-                lo = (await asyncio.wrap_future(lo_f[tp])).offset
-                hi = (await asyncio.wrap_future(hi_f[tp])).offset
-            except KafkaException as e:
-                if is_unknown(error_of(e)):
-                    lagging = True
-                    continue
-                raise
-            out[str(tp.partition)] = (max(lo, 0), max(hi, 0))
-        return out, lagging
+    def _refresh(self, topic: str) -> None:
+        """Have the metadata consumer ask for the topic's metadata now (blocking)."""
+        try:
+            self._clients.meta.list_topics(topic, timeout=5)
+        except KafkaException:
+            pass  # best effort: the next look tries again
+
+    async def _list_offsets(self, tps: list[TopicPartition], timeout_s: float = 5) -> tuple[
+            dict[TopicPartition, tuple[int, int]], list[tuple[TopicPartition, KafkaError]]]:
+        """(low, high) watermark of each partition that answered, and each that did not with its
+        error; raises KafkaException when the whole request failed.
+
+        ListOffsets at the timestamps -2 and -1 (the log start and end), through the metadata
+        consumer's ``offsets_for_times``: blocking, in the clients' pool, two requests per
+        leader at once. Not the admin client's ``list_offsets``: it looks the leaders up with
+        librdkafka's asynchronous leader query, whose first step runs on the calling thread while
+        a metadata update (any topic's) can run the same request on librdkafka's main thread;
+        one of them ends the request and the other dereferences what it freed (SIGSEGV in
+        pthread_mutex_lock on a NULL ``eonce``, librdkafka 2.16, core dump of a node). Idle
+        nodes died of it at startup (3 in ~100 starts, tests/CI) and while refreshing the
+        watermarks of deleted topics. ``offsets_for_times`` waits for the leaders
+        synchronously, with no such second path.
+        """
+        meta = self._clients.meta
+
+        def ask(spec: int) -> list[TopicPartition]:
+            asked = [TopicPartition(tp.topic, tp.partition, spec) for tp in tps]
+            got: list[TopicPartition] = meta.offsets_for_times(asked, timeout=timeout_s)
+            return got
+
+        lows, highs = await asyncio.gather(self._clients.run(ask, LOG_START),
+                                           self._clients.run(ask, LOG_END))
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        failed: list[tuple[TopicPartition, KafkaError]] = []
+        for tp, lo, hi in zip(tps, lows, highs, strict=True):
+            err = lo.error or hi.error
+            if err is not None or lo.offset < 0 or hi.offset < 0:
+                failed.append((tp, err or KafkaError(KafkaError._UNKNOWN_PARTITION)))
+            else:
+                out[tp] = (lo.offset, hi.offset)
+        return out, failed
 
     async def all_watermarks(self, tps: list[TopicPartition]) -> dict[tuple[str, int], tuple[int, int]]:
         """(low, high) of each partition that answered; the others are asked again a few
-        times (with fresh admin metadata) and then left out."""
-        admin = self._clients.admin
+        times (with fresh metadata) and then left out."""
         out: dict[tuple[str, int], tuple[int, int]] = {}
         todo = tps
         for delay in (*LEADER_RETRY_S, None):
             if not todo:
                 break
-            earliest, latest = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
             try:
-                lo_f = admin.list_offsets({tp: earliest for tp in todo}, request_timeout=10)
-                hi_f = admin.list_offsets({tp: latest for tp in todo}, request_timeout=10)
+                got, failed = await self._list_offsets(todo, timeout_s=10)
+                out.update({(tp.topic, tp.partition): ends for tp, ends in got.items()})
+                todo = [tp for tp, _err in failed]
             except KafkaException as e:
-                raise BrokerUnavailable(str(e)) from None
-            failed: list[TopicPartition] = []
-            for tp in todo:
-                try:
-                    lo = (await asyncio.wrap_future(lo_f[tp])).offset
-                    hi = (await asyncio.wrap_future(hi_f[tp])).offset
-                except KafkaException:
-                    failed.append(tp)
-                    continue
-                out[(tp.topic, tp.partition)] = (max(lo, 0), max(hi, 0))
-            todo = failed
+                if delay is None or not is_leader_change(error_of(e)):
+                    raise BrokerUnavailable(str(e)) from None
             if todo and delay is not None:
                 for t in {tp.topic for tp in todo}:
-                    await self._clients.run(self.refresh_admin, t)
+                    await self._clients.run(self._refresh, t)
                 await asyncio.sleep(delay)
         return out
 

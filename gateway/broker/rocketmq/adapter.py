@@ -115,9 +115,9 @@ class RocketMQBroker(Broker):
 
     # -- fetch, produce, cancel ----------------------------------------------------------------
     async def fetch(self, topic: str, queue: str, offset: int, max_records: int,
-                    tags: frozenset[str] | None = None) -> FetchResult:
+                    tags: frozenset[str] | None = None, max_bytes: int = 0) -> FetchResult:
         return await pull(self._client, self._groups, self._reader_group, topic, queue, offset,
-                          max_records, tags)
+                          max_records, tags, max_bytes)
 
     async def produce(self, topic: str, messages: list[OutgoingMessage],
                       urgent: bool | None = None) -> list[ProduceResult]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ..base import FetchResult, Record, Skipped, SkipReason
+from ..base import FetchResult, Record, Skipped, SkipReason, fitting
 from .client import Client, check
 from .codes import PULL_SUBSCRIPTION, Req, Resp
 from .groups import Groups
@@ -41,7 +41,8 @@ def subscription(tags: frozenset[str] | None) -> str:
 
 
 async def pull(client: Client, groups: Groups, group: str, topic: str, queue: str, offset: int,
-               max_records: int, tags: frozenset[str] | None = None) -> FetchResult:
+               max_records: int, tags: frozenset[str] | None = None,
+               max_bytes: int = 0) -> FetchResult:
     """Up to ``max_records`` from ``offset``: the records that are there now, in order.
 
     The broker answers 32 records a pull, so a large read takes several. Once a first answer
@@ -51,7 +52,9 @@ async def pull(client: Client, groups: Groups, group: str, topic: str, queue: st
     asked again. Measured (bench f1000): ~32 pulls one after another made a max=1000 read take
     a median 236 ms. With a tag filter, where answers skip, pulls go one at a time. At most
     :data:`MAX_PULLS` pulls: a filter that refuses a long stretch returns the offsets it
-    stepped over (``skipped``) rather than holding the caller."""
+    stepped over (``skipped``) rather than holding the caller. ``max_bytes``: pulls stop once
+    the records hold that many bytes, and the answer keeps what ``fitting`` keeps (pulls are
+    stateless: records read past the limit cost the read, nothing after it)."""
     addr, qid = await client.master_of(topic, queue)
     records: list[Record] = []
     at = offset
@@ -104,7 +107,8 @@ async def pull(client: Client, groups: Groups, group: str, topic: str, queue: st
         return False
 
     pulls = 0
-    while pulls < MAX_PULLS and len(records) < max_records:
+    while pulls < MAX_PULLS and len(records) < max_records and not (
+            max_bytes and fitting(records, max_bytes) < len(records)):
         need = max_records - len(records)
         if tags is None and records and hw > at:
             end = at + min(need, hw - at)
@@ -122,6 +126,9 @@ async def pull(client: Client, groups: Groups, group: str, topic: str, queue: st
                 break
         if not more:
             break
+    if max_bytes and (n := fitting(records, max_bytes)) < len(records):
+        del records[n:]
+        at = records[-1].offset + 1
     at = max(at, offset)
     end = records[0].offset if records else at
     skipped = Skipped(offset, end, reason) if reason is not None and end > offset else None

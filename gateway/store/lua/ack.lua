@@ -13,21 +13,6 @@
 --   committed | already_committed | lock_lost | offset_reset | offset_mismatch | unknown | unauthorized
 -- ('offset_reset': an operator reset the queue after this batch was fetched; rtok is the lock
 -- token a reset left behind, so every batch fetched before it has a token <= rtok).
-local key, p = KEYS[1], ARGV[1]
 if ARGV[8] == '1' and not granted(KEYS[3], ARGV[9], ARGV[10]) then return {'unauthorized', -1, ''} end
-local now = tonumber(ARGV[5])
-local refusal, com, lock, mx = batch_refusal(key, p, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
-if refusal == 'unknown' then return {'unknown', -1, ''} end
-local hw = tonumber(ARGV[7])
-if hw > mx then redis.call('HSET', key, p .. 'max', hw) end
-if refusal then return {refusal, com, ''} end
-local nxt = tonumber(ARGV[3])
-local state = 'held'
-if lock == 0 then
-  state = 'released'
-elseif now - lock >= lock_timeout(KEYS[2], ARGV[6]) then
-  state = 'expired'
-end
-if ARGV[11] == '1' then return {'committed', com, state} end
-redis.call('HSET', key, p .. 'com', nxt, p .. 'lock', 0, p .. 'acc', now)
-return {'committed', nxt, state}
+return ack_batch(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
+                 tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[11] == '1')

@@ -89,3 +89,24 @@ end
 local function lock_timeout(config_key, default_ms)
   return tonumber(redis.call('HGET', config_key, 'consume_timeout_ms')) or tonumber(default_ms)
 end
+
+-- Commit the batch [off, nxt) fetched under lock token `token` from the queue whose fields start
+-- with `p` in the consumer hash `key` (config hash `config_key`), if the token and offsets still
+-- hold: ack.lua's rule, also run for each pending batch of a REST v2 instance
+-- (instance_commit.lua). `hw`: the high watermark the fetch saw (-1: none); `check_only`: decide,
+-- commit nothing. Returns {result, committed offset, lock state} as ack.lua's header says.
+local function ack_batch(key, config_key, p, off, nxt, token, now, default_ms, hw, check_only)
+  local refusal, com, lock, mx = batch_refusal(key, p, off, nxt, token)
+  if refusal == 'unknown' then return {'unknown', -1, ''} end
+  if hw > mx then redis.call('HSET', key, p .. 'max', hw) end
+  if refusal then return {refusal, com, ''} end
+  local state = 'held'
+  if lock == 0 then
+    state = 'released'
+  elseif now - lock >= lock_timeout(config_key, default_ms) then
+    state = 'expired'
+  end
+  if check_only then return {'committed', com, state} end
+  redis.call('HSET', key, p .. 'com', nxt, p .. 'lock', 0, p .. 'acc', now)
+  return {'committed', nxt, state}
+end
