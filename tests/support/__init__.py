@@ -377,9 +377,12 @@ class Tally:
     dropped_batches: int = 0
     ack_results: Counter = field(default_factory=Counter)
     transport_errors: int = 0
+    skipped: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (queue, skipped)
 
     def record(self, body: dict[str, Any]) -> None:
         self.batches += 1
+        if body.get("skipped"):
+            self.skipped.append((body["queue"], body["skipped"]))
         redelivered = bool(body["redelivered"])
         self.redelivered_batches += redelivered
         for m in body["messages"]:

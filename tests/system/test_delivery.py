@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ..support import ON_ROCKETMQ, Api, Node, Tally, consume, queue_field, unique
 
@@ -192,18 +193,34 @@ def test_concurrent_produce_and_consume_loses_nothing(api: Api, make_topic, boot
     per_producer = 4_000
     total = 2 * per_producer
 
+    refused: list[str] = []  # what the broker did not take, as the producers' reports said
+
     def produce(tag: str) -> None:
         if ON_ROCKETMQ:  # no Python client can send to RocketMQ: through the gateway, 50 a request
             for i in range(0, per_producer, 50):
                 api.produce(topic, [f"{tag}{j}" for j in range(i, i + 50)], **queue_field(i // 50 % 2))
             return
+        again: list[tuple[bytes, int]] = []
+
+        def report(err: Any, msg: Any) -> None:
+            if err is not None:  # a producer's own duty: send it again (and say so if it fails)
+                again.append((msg.value(), msg.partition()))
+                refused.append(f"{msg.value()!r}: {err}")
+
         p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
         for i in range(per_producer):
-            p.produce(topic, value=f"{tag}{i}".encode(), partition=i % 2)
+            p.produce(topic, value=f"{tag}{i}".encode(), partition=i % 2, on_delivery=report)
             if i % 50 == 0:
                 p.poll(0)
                 time.sleep(0.001)
-        p.flush(30)
+        deadline = time.monotonic() + 60
+        while (left := p.flush(max(0.1, deadline - time.monotonic()))) or again:
+            if time.monotonic() > deadline:
+                refused.append(f"{left} records of {tag} still unsent after 60 s")
+                return
+            while again:
+                value, partition = again.pop()
+                p.produce(topic, value=value, partition=partition, on_delivery=report)
 
     threads = [threading.Thread(target=produce, args=(t,)) for t in ("p", "q")]
     for t in threads:
@@ -213,7 +230,16 @@ def test_concurrent_produce_and_consume_loses_nothing(api: Api, make_topic, boot
                         deadline_s=90, wait_ms=200))
     for t in threads:
         t.join()
-    assert len(tally.seen) == total and max(tally.seen.values()) == 1
+    if len(tally.seen) != total:  # say whether the gateway missed them or the broker never had them
+        unseen = {f"{t}{i}" for t in "pq" for i in range(per_producer)} - set(tally.seen)
+        on_broker = ("(RocketMQ: not read directly)" if ON_ROCKETMQ else
+                     sorted(unseen & _values_on_broker(bootstrap, topic, 2))[:30])
+        gaps = {q: sorted(set(range(max(o) + 1)) - set(o))[:20] for q, o in tally.offsets.items()}
+        pytest.fail(f"{len(unseen)} of {total} unseen ({sorted(unseen)[:30]}); of them on the "
+                    f"broker: {on_broker}; the producers' refusals: {refused[:10]}; skipped: "
+                    f"{tally.skipped}; offsets missing below each queue's last one read: {gaps}; "
+                    f"last read: { {q: max(o) for q, o in tally.offsets.items()} }")
+    assert max(tally.seen.values()) == 1, tally.duplicate_not_redelivered[:10]
     for queue, offsets in tally.offsets.items():
         assert sorted(offsets) == list(range(len(offsets))), f"queue {queue} skipped offsets"
 
@@ -274,3 +300,25 @@ def test_transaction_markers_do_not_leave_a_phantom_backlog(api: Api, make_topic
     api.produce(topic, ["after"])
     body = _fetch(api, 2, consumer=group, topic=topic, wait_ms=3000)
     assert [m["value"] for m in body["messages"]] == ["after"] and body["offset"] == 6
+
+
+def _values_on_broker(bootstrap: str, topic: str, partitions: int) -> set[str]:
+    """Every value in ``topic``, read with a plain client from the start to the end."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("check"),
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        values: set[str] = set()
+        ended: set[int] = set()
+        deadline = time.monotonic() + 30
+        while len(ended) < partitions and time.monotonic() < deadline:
+            m = c.poll(1)
+            if m is None:
+                continue
+            if m.error() is None:
+                values.add((m.value() or b"").decode())
+            else:
+                ended.add(int(m.partition() or 0))
+        return values
+    finally:
+        c.close()
