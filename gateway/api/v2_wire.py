@@ -298,13 +298,13 @@ def records_body(f: Fetched, fmt: Format) -> bytes:
     part = partition_json(b.queue)
     out = []
     for r in b.records:
-        out.append({"topic": f.topic, "key": _out(r.key, fmt, f, r.offset),
-                    "value": _out(r.value, fmt, f, r.offset), "partition": part,
+        out.append({"topic": f.topic, "key": _out(r.key, fmt, f, part, r.offset),
+                    "value": _out(r.value, fmt, f, part, r.offset), "partition": part,
                     "offset": r.offset})
     return orjson.dumps(out)
 
 
-def _out(v: bytes | None, fmt: Format, f: Fetched, offset: int) -> Any:
+def _out(v: bytes | None, fmt: Format, f: Fetched, part: Any, offset: int) -> Any:
     if v is None:
         return None
     if fmt is Format.BINARY:
@@ -312,8 +312,9 @@ def _out(v: bytes | None, fmt: Format, f: Fetched, offset: int) -> Any:
     try:
         return orjson.loads(v)
     except orjson.JSONDecodeError:
-        raise invalid("json_conversion", f"the record at {f.topic} offset {offset} is not "
-                      "JSON: read this consumer's records as binary (format: binary)") from None
+        raise invalid("json_conversion", f"the record at {f.topic} partition {part} offset "
+                      f"{offset} is not JSON: read this consumer's records as binary (format: "
+                      "binary)") from None
 
 
 # -- errors --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -94,6 +95,12 @@ def dev(args: argparse.Namespace) -> int:
     # (`make run &`, setsid), where the shell leaves SIGINT ignored for its children.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     env = dict(os.environ)
+    taken = _port_taken(args.host, args.port)
+    if taken is not None:  # before starting anything: the banner would point at another server
+        print(f"mqgw dev: cannot listen on {args.host}:{args.port} ({taken}); another gateway may "
+              f"be running there. Pick a free port: MQGW_PORT=8091 make run (or mqgw dev --port "
+              f"8091)", file=sys.stderr)
+        return 2
     # A development gateway: serve any consumer or producer name, no API keys.
     env.setdefault("MQGW_OPEN_MODE", "true")
     env.setdefault("MQGW_AUTH", "false")
@@ -185,6 +192,17 @@ Ctrl-C stops the gateway and everything started with it.""", flush=True)
     finally:
         for s in reversed(started):
             s.stop()
+
+
+def _port_taken(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (bound as uvicorn binds it), or None if it can."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def _set_aside(snap_dir: Path) -> Path | None:

@@ -41,10 +41,10 @@ from ..store.instances import BATCH, VERSION, Written, fetched_ms, pending
 from .auth import Authorizer
 from .checkpoint import Checkpoints
 from .consume import ConsumeService
-from .errors import Conflict, invalid, unknown
+from .errors import Conflict, denied, invalid, unknown
 from .fetch import Fetched, FetchParams, FetchStatus
 from .names import check_name, check_public_topic, internal_topic_prefixes
-from .registry import Registry
+from .registry import Registry, topics_refused
 from .requestid import BatchRef
 from .reset import ResetRequest, reset
 
@@ -185,6 +185,12 @@ class InstanceService:
             raise invalid("invalid_topics", f"a subscription takes at most {MAX_TOPICS} topics")
         names = tuple(dict.fromkeys(check_public_topic(t, self.internal) for t in topics))
         inst = await self.get(credential, consumer, name)
+        # Refused now rather than at the first fetch (a 204 here and a 403 there misled users);
+        # the fetch still checks, since the registration may change after this.
+        refused = topics_refused(await self.registry.config(consumer), names)
+        if refused:
+            raise denied("topic_not_allowed", f"consumer {consumer!r} is not registered for "
+                         f"topic {refused[0]!r}")
         self._forget(consumer, name)
         await self._write(inst, put={"topics": ",".join(names), VERSION: uuid.uuid4().hex[:12]})
 

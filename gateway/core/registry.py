@@ -11,6 +11,7 @@ fields of its hash.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..config import Settings
@@ -209,6 +210,15 @@ class Registry:
     async def delete_producer(self, name: str) -> None:
         if not await self.records.delete_producer(name):
             raise unknown("unknown_producer", f"producer {name!r} is not registered")
+
+
+def topics_refused(cfg: dict[str, str], topics: Sequence[str]) -> list[str]:
+    """Of ``topics``, those a consumer with config ``cfg`` may not read: a registered consumer
+    reads its registered topics only (choose.lua applies the same rule at every fetch)."""
+    if cfg.get("registered") != "1":
+        return []
+    allowed = cfg.get("topics", "")
+    return [t for t in topics if f",{t}," not in allowed]
 
 
 def _producer(raw: dict[str, object]) -> ProducerRecord:

@@ -15,6 +15,7 @@ from ..store import OffsetStore
 from .checkpoint import Checkpoints
 from .errors import invalid, unknown
 from .names import check_name, check_topic
+from .registry import topics_refused
 
 RESET_MODES = ("earliest", "latest", "timestamp", "offset")
 
@@ -69,7 +70,7 @@ async def reset(store: OffsetStore, broker: Broker, consumer: str, req: ResetReq
     if client is not None and client != "*":
         client = check_name(client, "clientId")
     registered = cfg.get("registered") == "1"
-    if registered and f",{topic}," not in cfg.get("topics", ""):
+    if topics_refused(cfg, [topic]):
         raise invalid("topic_not_allowed", f"consumer {consumer!r} is not registered for topic {topic!r}")
     mode = req.to
     if mode not in RESET_MODES:

@@ -101,3 +101,18 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+
+
+def test_dev_refuses_a_taken_port_before_starting_anything(tmp_path) -> None:
+    """Before: the banner said 'is up' with curls for the port, and then uvicorn failed to bind:
+    the curls reached whatever else listened there (a new user's other gateway)."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        p = subprocess.run([sys.executable, "-m", "gateway", "dev", "--port", str(port),
+                            "--broker", BROKER], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in p.stderr and "MQGW_PORT" in p.stderr
+    assert "is up" not in p.stdout and "started" not in p.stdout  # nothing was started

@@ -10,7 +10,7 @@ import pytest
 from gateway.broker.memory import MemoryBroker
 from gateway.core import instances as inst_mod
 from gateway.core.auth import Authorizer, KeyStore
-from gateway.core.errors import Conflict, NotFound
+from gateway.core.errors import Conflict, Forbidden, NotFound
 from gateway.core.instances import Format, InstanceService
 
 from .conftest import Clock, Gateway
@@ -109,6 +109,19 @@ async def test_names_and_subscriptions(gw: Gateway, broker: MemoryBroker) -> Non
         await svc.records(None, G, i.name, None, 0, 0, "unit")
     await svc.subscribe(None, G, i.name, ["a", "b", "a"])
     assert (await svc.get(None, G, i.name)).topics == ("a", "b")
+
+
+async def test_a_registered_group_is_subscribed_only_to_its_topics(gw: Gateway) -> None:
+    """Refused at the subscription, not at the first fetch after a 204 (a new user's trap)."""
+    svc = service(gw)
+    await gw.registry.put_consumer(G, {"topics": ",orders,"})  # as the admin API stores it
+    i = await svc.create(None, G, "i", Format.JSON, "", True, None, None)
+    with pytest.raises(Forbidden) as e:
+        await svc.subscribe(None, G, i.name, ["orders", "demo"])
+    assert e.value.code == "topic_not_allowed" and "'demo'" in str(e.value)
+    assert (await svc.get(None, G, i.name)).topics == ()  # nothing was subscribed
+    await svc.subscribe(None, G, i.name, ["orders"])
+    assert (await svc.get(None, G, i.name)).topics == ("orders",)
 
 
 async def test_without_auto_commit_records_read_no_instance_and_follow_changes_elsewhere(

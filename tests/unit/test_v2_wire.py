@@ -133,6 +133,7 @@ def test_records_out_in_either_format() -> None:
     with pytest.raises(Invalid) as e:
         records_body(_fetched(b"not json"), Format.JSON)
     assert e.value.code == "json_conversion"
+    assert "at t partition 3 offset 0 is not JSON" in str(e.value)  # which of the partitions
 
 
 def test_the_error_shape_keeps_the_status_table_and_names_the_code() -> None:
