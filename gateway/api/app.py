@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 
 from ..broker import Broker
 from ..config import Settings
-from ..ops import gc_tuning, logs
+from ..ops import gc_tuning, logs, watchdog
 from ..services import close_services, open_services
 from ..store import Redis
 from .access import App
@@ -39,7 +39,8 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None,
         try:
             yield
         finally:
-            await close_services(services)
+            with watchdog.report_if_slow("application shutdown"):
+                await close_services(services)
 
     # Matched in order, a regex each: the data routes and the REST v2 ones (their hot paths:
     # produce, records, offsets) before the admin API.
