@@ -19,6 +19,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
 from . import broker as brokers
+from .aio import stop_task
 from .broker import Broker
 from .config import Settings, hmac_key_problem, hmac_key_refusal, node_id
 from .core.auth import Authorizer, KeyStore
@@ -149,7 +150,7 @@ async def _open(settings: Settings, stack: AsyncExitStack, given_broker: Broker 
     if serve:
         listener = asyncio.create_task(gate.listen(f"{node_id()}:{uuid.uuid4().hex[:8]}"),
                                        name="mqgw-registry-changes")
-        stack.push_async_callback(_cancel, listener)
+        stack.push_async_callback(stop_task, listener)
         s.alerts.start()
         stack.push_async_callback(s.alerts.stop)
 
@@ -160,16 +161,6 @@ async def _open(settings: Settings, stack: AsyncExitStack, given_broker: Broker 
         stack.push_async_callback(checkpoints.stop)
         stack.callback(metrics.shutdown)  # first at close: the worker's live gauges go
     return s
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    """Cancel ``task`` and wait for it; again while it runs on (a cancel that reaches fakeredis'
-    pubsub just after it subscribed is swallowed, and the task would wait for a message)."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait([task], timeout=0.1)
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("%s ended with %r", task.get_name(), task.exception())
 
 
 def _warn_open(settings: Settings) -> None:

@@ -41,10 +41,10 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 
+from ..aio import stop_task
 from ..broker import Broker, BrokerUnavailable, Capability
 from ..config import Settings, node_id
 from ..store import OffsetStore
-from .background import stop_task
 
 log = logging.getLogger("mqgw.checkpoint")
 

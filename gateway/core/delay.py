@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from ..aio import stop_task
 from ..broker import (
     Broker,
     BrokerUnavailable,
@@ -180,8 +181,7 @@ class DelayService:
 
     async def close(self) -> None:
         if self._ready is not None and not self._ready.done():
-            self._ready.cancel()
-            await asyncio.gather(self._ready, return_exceptions=True)
+            await stop_task(self._ready)
 
     async def produce(self, topic: str, messages: list[OutgoingMessage],
                       dues: list[int | None]) -> tuple[Produced, dict[int, Delayed]]:

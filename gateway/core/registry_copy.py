@@ -33,10 +33,10 @@ import uuid
 
 import orjson
 
+from ..aio import stop_task
 from ..broker import Broker, BrokerUnavailable, OutgoingMessage, UnknownTopic
 from ..config import Settings, node_id
 from ..store import UNAVAILABLE, Entity, OffsetStore, entity_key
-from .background import stop_task
 
 log = logging.getLogger("mqgw.registry")
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from ..aio import stop_tasks
 from ..broker import (
     Broker,
     BrokerUnavailable,
@@ -166,9 +167,7 @@ class Relay:
                                                name="mqgw-relay-wakeups"))
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await stop_tasks(self._tasks)
         self._tasks = []
 
     # -- one task per level topic -------------------------------------------------------------
@@ -202,9 +201,7 @@ class Relay:
                 except TimeoutError:
                     pass
         finally:
-            for task in list(draining.values()):
-                task.cancel()
-            await asyncio.gather(*draining.values(), return_exceptions=True)
+            await stop_tasks(list(draining.values()))
 
     async def _drain_logged(self, topic: str, lock: Lock, done: asyncio.Event) -> None:
         try:

@@ -28,6 +28,7 @@ import orjson
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from ..aio import stop_task
 from ..broker import Broker
 from ..config import Settings, node_id
 from ..core.errors import Busy
@@ -90,8 +91,7 @@ class AlertMonitor:
         if _current is self:
             _current = None
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await stop_task(self._task)
             self._task = None
             try:  # let another node evaluate without waiting out our lease
                 await self.store.alerts.release("lease", self.node_id)
@@ -102,8 +102,7 @@ class AlertMonitor:
                 await asyncio.wait_for(self._outbox.join(), 2.0)
             except TimeoutError:
                 log.warning("dropping %d unsent alert webhook(s) at shutdown", self._outbox.qsize())
-            self._sender.cancel()
-            await asyncio.gather(self._sender, return_exceptions=True)
+            await stop_task(self._sender)
             self._sender = None
         if self._http is not None:
             await self._http.aclose()

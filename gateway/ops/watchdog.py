@@ -19,6 +19,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from ..aio import describe
+
 log = logging.getLogger("mqgw.shutdown")
 
 #: A shutdown still running after this long is reported. Under the tests' 10 s before a kill
@@ -62,8 +64,6 @@ def _stacks(loop: asyncio.AbstractEventLoop) -> str:
     except RuntimeError as e:  # the set changed while it was read
         out.write(f"tasks: not read ({e})\n")
         tasks = []
-    for task in tasks:
-        out.write(f"task {task.get_name()}:\n")
-        for frame in task.get_stack():
-            out.write("".join(traceback.format_stack(frame, limit=1)))
+    for task in tasks:  # the whole await chain (get_stack shows only the outermost frame), and
+        out.write(describe(task))  # a task whose cancel was swallowed is flagged as such
     return out.getvalue()

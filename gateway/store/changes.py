@@ -103,7 +103,7 @@ class RegistryChanges:
             finally:
                 on_live(False)
                 try:
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()
                 except Exception:  # noqa: BLE001 - the connection is gone anyway
                     pass
             await asyncio.sleep(0.5)

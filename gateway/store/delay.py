@@ -103,7 +103,7 @@ class DelayStore:
                 log.warning("relay wake-up channel lost (%r); subscribing again", e)
             finally:
                 try:
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()
                 except Exception:  # noqa: BLE001 - the connection may already be gone
                     pass
             await asyncio.sleep(_RESUBSCRIBE_S)

@@ -185,9 +185,8 @@ def registry_topic(redis_url: str, key_prefix: str = "mqgw") -> str:
     return f"{key_prefix}.registry.{urlparse(redis_url).port}"
 
 
-def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1, port: int | None = None,
-               **settings: Any) -> Node:
-    port = port or devstack.free_port()  # a given port: a client is already trying it
+def node_env(redis_url: str, bootstrap: str, **settings: Any) -> dict[str, str]:
+    """The environment of a test's gateway node (``settings``: MQGW_* settings, lower case)."""
     env = {**os.environ, "MQGW_REDIS_URL": redis_url, **broker_env(bootstrap),
            "MQGW_HMAC_KEY": HMAC_KEY, "MQGW_METADATA_REFRESH_MS": "100",
            # Most tests are about delivery, not access control: they run open and without keys.
@@ -208,6 +207,13 @@ def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1, port
     # a test's own redis-server must not be given the entities of the session's shared one.
     env["MQGW_REGISTRY_TOPIC"] = registry_topic(redis_url, settings.get("key_prefix", "mqgw"))
     env.update({f"MQGW_{k.upper()}": str(v) for k, v in settings.items()})
+    return env
+
+
+def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1, port: int | None = None,
+               **settings: Any) -> Node:
+    port = port or devstack.free_port()  # a given port: a client is already trying it
+    env = node_env(redis_url, bootstrap, **settings)
     log = tmp / f"node-{port}.log"
     with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
         # The command line of `mqgw serve`: its connection rules (gateway/api/server.py) included.

@@ -16,6 +16,7 @@ import logging
 
 import orjson
 
+from ...aio import stop_task
 from ..base import BrokerUnavailable
 from .client import Client, check
 from .codes import DEFAULT_TOPIC, Req, Resp
@@ -47,9 +48,7 @@ class Groups:
                 self._made.discard((addr, group))
 
     async def close(self) -> None:
-        if self._maker is not None:
-            self._maker.cancel()
-            await asyncio.gather(self._maker, return_exceptions=True)
+        await stop_task(self._maker)
 
     async def ensure(self, addr: str, group: str, fresh: bool = False) -> None:
         """Create ``group`` (RocketMQ's spelling) on the broker at ``addr`` unless known there."""

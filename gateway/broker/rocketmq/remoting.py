@@ -23,6 +23,8 @@ from typing import Any
 
 import orjson
 
+from ...aio import stop_task
+
 #: Request version sent: 401 (V4_9_4) or later, or the name server writes route JSON with
 #: non-string keys that no standard JSON parser reads (ClientRequestProcessor, measured).
 VERSION = 401
@@ -222,9 +224,5 @@ class Connection:
         if writer is not None:
             writer.close()
         if self._reader_task is not None:
-            self._reader_task.cancel()
-            try:
-                await self._reader_task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing anyway
-                pass
+            await stop_task(self._reader_task)
             self._reader_task = None
