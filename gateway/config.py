@@ -193,6 +193,13 @@ class Settings:
     #: closed at once instead of exhausting file descriptors. 0: derived from the process's file
     #: limit (RLIMIT_NOFILE) minus a reserve.
     max_connections_per_worker: int = 0
+    #: ``mqgw serve --workers N`` replaces a worker that has not answered the supervisor's
+    #: liveness ping (answered by a thread of its own, whatever its event loop is doing) for
+    #: this long. uvicorn's 5 s killed live workers mid-request on a starved machine (126 deaths
+    #: on one node at load ~100; importing the app alone took 42 s there): a starved worker is
+    #: slow, not dead. A worker that exits is replaced at once whatever this says; this bound is
+    #: only for one that is stopped (SIGSTOP, a frozen VM) or hung in native code.
+    worker_ping_timeout_ms: int = 60_000
 
     #: Delayed records (core/wheel.py): the wheel's levels, a comma-separated list of durations
     #: ('' = 1-9 x 100 ms, 1 s, 10 s, 100 s, 1000 s). Each is a topic; a longer delay loops on

@@ -211,7 +211,7 @@ def node_env(redis_url: str, bootstrap: str, **settings: Any) -> dict[str, str]:
 
 
 def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1, port: int | None = None,
-               **settings: Any) -> Node:
+               start_timeout: float = 30, **settings: Any) -> Node:
     port = port or devstack.free_port()  # a given port: a client is already trying it
     env = node_env(redis_url, bootstrap, **settings)
     log = tmp / f"node-{port}.log"
@@ -221,7 +221,7 @@ def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1, port
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     node = Node(f"http://127.0.0.1:{port}", proc, log)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + start_timeout
     with httpx.Client(timeout=0.5, verify=TLS) as http:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
