@@ -264,9 +264,11 @@ class Broker(ABC):
         delay wheel, which may wait a little to share a larger write; None: the adapter judges
         by their number)."""
 
-    async def ping(self) -> bool:
-        """Is the broker reachable? Used by readiness checks."""
-        return True
+    async def ping(self) -> None:
+        """Returns if the broker answers; raises :class:`BrokerUnavailable` saying what is wrong
+        otherwise. Used by readiness checks, which bound it in time: an adapter answers it on a
+        path of its own, never queued behind requests that wait for a slow broker."""
+        return None
 
     async def topics(self, prefix: str) -> set[str]:
         """The names of the topics that exist and start with ``prefix`` (one metadata call for

@@ -126,6 +126,89 @@ def start_kafka(port: int | None = None, heap: str = "512m", timeout: float = 90
     return svc
 
 
+_CONTROLLER = """process.roles=controller
+node.id={node_id}
+controller.quorum.voters={voters}
+listeners=CONTROLLER://127.0.0.1:{controller_port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT
+log.dirs={data}
+broker.session.timeout.ms={session_ms}
+"""
+
+_BROKER = """process.roles=broker
+node.id={node_id}
+controller.quorum.voters={voters}
+listeners=PLAINTEXT://127.0.0.1:{port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+broker.heartbeat.interval.ms={heartbeat_ms}
+""" + _PROPERTIES[_PROPERTIES.index("log.dirs="):]
+
+
+@dataclass
+class SplitKafka:
+    """A KRaft controller and a broker in processes of their own, as production runs them: the
+    controller fences the broker when its heartbeats stop for ``broker.session.timeout.ms``
+    (a combined node cannot fence itself). ``stop()`` removes everything."""
+
+    controller: Service
+    broker: Service
+
+    @property
+    def bootstrap(self) -> str:
+        return str(self.broker.extra["bootstrap"])
+
+    def stop(self) -> None:
+        for svc in (self.broker, self.controller):
+            if svc.proc is not None and svc.proc.poll() is None:
+                os.killpg(svc.proc.pid, signal.SIGCONT)  # a stopped JVM cannot act on SIGTERM
+            svc.stop()
+
+
+def start_split(session_ms: int = 2000, heartbeat_ms: int = 250, heap: str = "384m",
+                timeout: float = 90.0) -> SplitKafka:
+    """A controller-only and a broker-only Apache Kafka process on loopback (issue 32's fenced
+    broker). ``session_ms``: how long the controller waits for the broker's heartbeats before it
+    fences it (Kafka's default 9 s; short here so that a test's SIGSTOP fences it soon)."""
+    port, controller_port = free_port(), free_port()
+    voters = f"1@127.0.0.1:{controller_port}"
+    cluster_id = _cluster_id()
+    started: list[Service] = []
+    try:
+        for name, text in (
+                ("controller", _CONTROLLER.format(node_id=1, voters=voters, session_ms=session_ms,
+                                                  controller_port=controller_port, data="{data}")),
+                ("broker", _BROKER.format(node_id=2, voters=voters, port=port, data="{data}",
+                                          heartbeat_ms=heartbeat_ms, replication=1, min_isr=1))):
+            work = tempfile.mkdtemp(prefix=f"mqgw-kafka-{name}-")
+            props = Path(work) / "server.properties"
+            props.write_text(text.replace("{data}", str(Path(work) / "data")))
+            try:
+                _format(props, cluster_id)
+            except BaseException:
+                shutil.rmtree(work, ignore_errors=True)
+                raise
+            log = os.path.join(work, "kafka.log")
+            listen = controller_port if name == "controller" else port
+            # the controller's fencing decisions are logged (INFO): tests wait for them
+            jvm = ("-Dorg.slf4j.simpleLogger.log.org.apache.kafka.controller=info",) \
+                if name == "controller" else ()
+            svc = Service(f"kafka-{name}", listen, _launch(props, heap, log, *jvm), work,
+                          {"bootstrap": f"127.0.0.1:{port}", "log": log})
+            started.append(svc)
+            wait_port(listen, timeout=timeout, proc=svc.proc)
+        _wait_ready(f"127.0.0.1:{port}", time.monotonic() + timeout, started[1].proc)
+    except BaseException as e:
+        tails = "\n".join(f"{s.name}: {_tail(s.extra['log'])[-1500:]}" for s in started)
+        for s in reversed(started):
+            s.stop()
+        raise RuntimeError(f"the split Kafka did not start: {e}\n{tails}") from e
+    return SplitKafka(started[0], started[1])
+
+
 def _cluster_id() -> str:
     """A random cluster id in Kafka's form. Like Kafka's own Uuid.randomUuid, never one that
     starts with '-': the storage tool took such an id for an option and refused to format (one
@@ -144,9 +227,9 @@ def _format(props: Path, cluster_id: str) -> None:
         raise RuntimeError(f"formatting Kafka's storage failed:\n{(fmt.stdout + fmt.stderr)[-3000:]}")
 
 
-def _launch(props: Path, heap: str, log: str) -> subprocess.Popen[bytes]:
+def _launch(props: Path, heap: str, log: str, *jvm: str) -> subprocess.Popen[bytes]:
     return spawn([java(), f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseSerialGC",
-                  "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", f"{resolve()}/*",
+                  "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", *jvm, "-cp", f"{resolve()}/*",
                   "kafka.Kafka", str(props)], log)
 
 

@@ -1,4 +1,4 @@
-"""An idle worker whose broker is down stays idle (issue 20).
+"""An idle worker whose broker is down stays nearly idle (issue 20).
 
 Measured before: an idle worker pointed at a closed port made ~350 threads and ~300 failed
 connects a second (20 % of a core on this 2-core machine). Its 20 librdkafka clients (two
@@ -6,9 +6,11 @@ producers, the admin client, the metadata consumer and 16 pooled fetch consumers
 no call makes a client of its own) each did, with librdkafka's defaults:
 ``metadata.recovery.strategy=rebootstrap`` (its default since 2.10) replaced the bootstrap
 broker and its thread at every failed connect, and every consumer looked for its group
-coordinator every ``reconnect.backoff.ms / 2`` (50 ms) whatever the per-broker backoff. Now the
-adapter sets both (``BROKER_DOWN`` in gateway/broker/kafka/clients.py): no new threads, ~30
-refused connects a second for the whole worker.
+coordinator every ``reconnect.backoff.ms / 2`` (50 ms) whatever the per-broker backoff. The
+adapter sets the backoff to 1 s (``BROKER_DOWN`` in gateway/broker/kafka/clients.py) and keeps
+re-bootstrapping, without which a node never came back from a fenced broker
+(test_broker_fenced.py): measured 38 new threads a second (2.8 % of a core) against ~340 with
+librdkafka's backoff.
 
 Counts, not CPU: the threads a worker created over a few seconds (thread ids seen in
 /proc/<pid>/task), with the broker's port closed (connects refused, as in the report); and the
@@ -39,6 +41,9 @@ LIBRDKAFKA = pytest.mark.skipif(ON_ROCKETMQ, reason="librdkafka's clients; Rocke
                                 "going away: test_rocketmq.py")
 
 WINDOW_S = 3.0
+#: Threads an idle worker may create in WINDOW_S while its broker is down: measured ~115 with the
+#: adapter's settings, ~1,000 with librdkafka's reconnect backoff.
+THREADS_BOUND = 100 * WINDOW_S
 
 
 class Dropper:
@@ -107,14 +112,14 @@ def _node(redis_url: str, tmp_path: Path, port: int, **settings: str) -> Node:
 
 @pytest.mark.slow
 @LIBRDKAFKA
-def test_idle_worker_with_broker_down_makes_no_threads(redis_url: str, tmp_path: Path) -> None:
+def test_idle_worker_with_broker_down_makes_few_threads(redis_url: str, tmp_path: Path) -> None:
     port = devstack.free_port()  # nothing listens there
     node = _node(redis_url, tmp_path, port)
     broker = None
     try:
         _threads, created = _idle_threads(node)
-        # Before: ~1,000 created in 3 s (of 86 running). Now none.
-        assert created <= 2, f"an idle worker created {created} threads in {WINDOW_S:.0f} s"
+        # Before issue 20: ~1,000 created in 3 s (of 86 running). Now ~115 (re-bootstraps).
+        assert created < THREADS_BOUND, f"an idle worker created {created} threads in {WINDOW_S:.0f} s"
 
         # The broker comes up on that port: the worker finds it by itself (measured: 1-3 s).
         broker = devstack.start_broker(port)
@@ -147,10 +152,11 @@ def test_idle_worker_with_broker_down_backs_off_connects(redis_url: str, tmp_pat
         connects = dropper.accepted - n0
     finally:
         node.stop()
-    # Measured: 2-8 in 4 s now (20 clients, each backing off); ~1,200 with librdkafka's
-    # settings (and ~900 new threads).
-    assert connects < 10 * (WINDOW_S + 1), f"{connects} connects in {WINDOW_S + 1:.0f} s"
-    assert created <= 2, f"an idle worker created {created} threads in {WINDOW_S:.0f} s"
+    # Measured: 156 in 4 s (20 clients backing off, each re-bootstrap connecting anew; 2-8 with
+    # metadata.recovery.strategy=none, which never came back from a fenced broker); ~1,200 with
+    # librdkafka's settings (and ~900 new threads).
+    assert connects < 60 * (WINDOW_S + 1), f"{connects} connects in {WINDOW_S + 1:.0f} s"
+    assert created < THREADS_BOUND, f"an idle worker created {created} threads in {WINDOW_S:.0f} s"
 
 
 @pytest.mark.slow
@@ -158,10 +164,9 @@ def test_idle_worker_with_broker_down_backs_off_connects(redis_url: str, tmp_pat
 def test_librdkafka_defaults_would_spin(redis_url: str, tmp_path: Path) -> None:
     """The same worker with librdkafka's own settings back (``kafka_config`` overrides the
     adapter's): what the settings prevent, so that the first test measures something."""
-    node = _node(redis_url, tmp_path, devstack.free_port(),
-                 kafka_config="metadata.recovery.strategy=rebootstrap,reconnect.backoff.ms=100")
+    node = _node(redis_url, tmp_path, devstack.free_port(), kafka_config="reconnect.backoff.ms=100")
     try:
         _threads, created = _idle_threads(node)
     finally:
         node.stop()
-    assert created > 20, created
+    assert created >= THREADS_BOUND, created  # measured ~1,000 in 3 s

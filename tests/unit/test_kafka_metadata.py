@@ -31,6 +31,7 @@ class _Meta:
         self.partitions = partitions
         self.asked: list[int] = []
         self.fail: KafkaException | None = None
+        self.brokers: dict[int, Any] = {1: "127.0.0.1:9092"}
 
     def offsets_for_times(self, tps: list[TopicPartition], timeout: float) -> list[Any]:
         """TopicPartitions as confluent-kafka returns them (its ``error`` is read-only: a
@@ -47,7 +48,7 @@ class _Meta:
 
     def list_topics(self, topic: str, timeout: float) -> Any:
         tm = SimpleNamespace(error=None, partitions=dict.fromkeys(self.partitions))
-        return SimpleNamespace(topics={topic: tm})
+        return SimpleNamespace(topics={topic: tm}, brokers=self.brokers)
 
 
 class _Clients:
@@ -83,6 +84,22 @@ def test_a_topic_none_of_whose_partitions_answer_is_unknown() -> None:
     meta.fail = KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
     with pytest.raises(UnknownTopic):
         asyncio.run(md.watermarks("t"))
+
+
+def test_partitions_that_answer_nothing_without_an_error_are_unavailable_not_unknown() -> None:
+    """A slow or moving leader answers -1 with no error; it was taken for an unknown partition,
+    and /message answered 404 unknown_topic for existing topics while a broker was slow."""
+    md, _ = _metadata({(0, LOG_START): -1, (0, LOG_END): -1}, [0])
+    with pytest.raises(BrokerUnavailable):
+        asyncio.run(md.watermarks("t"))
+
+
+def test_metadata_that_lists_no_broker_is_no_verdict_on_the_topic() -> None:
+    """What a broker just unfenced by its KRaft controller answers for a moment."""
+    md, meta = _metadata({(0, LOG_START): 0, (0, LOG_END): 1}, [0])
+    meta.brokers = {}
+    with pytest.raises(BrokerUnavailable):
+        asyncio.run(md.partitions("t"))
 
 
 def test_a_broker_failure_is_unavailable_and_a_moving_leader_is_asked_again() -> None:

@@ -67,8 +67,8 @@ class KafkaBroker(Broker):
     async def offset_for_time(self, topic: str, queue: str, timestamp_ms: int) -> int:
         return await self._metadata.offset_for_time(topic, queue, timestamp_ms)
 
-    async def ping(self) -> bool:
-        return await self._metadata.ping()
+    async def ping(self) -> None:
+        await self._metadata.ping()
 
     async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
         return await self._metadata.describe_topics(names)

@@ -11,7 +11,9 @@ threads of their own (:mod:`.groups`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,22 +24,33 @@ from ..partitioner import LIBRDKAFKA_PARTITIONER
 from . import clientlog
 from .fetch import FetchPool
 
-#: librdkafka settings of every client (producers, admin, consumers) for while the brokers are
-#: unreachable; the operator's ``kafka_config`` comes after them and may override them. Measured
-#: on an idle worker pointed at a closed port (librdkafka 2.16, tests/system/test_broker_down.py), with
-#: librdkafka's defaults: ~350 new threads and ~300 failed connects per second, 20 % of a core.
-#: - ``metadata.recovery.strategy``: ``rebootstrap`` (the default since librdkafka 2.10) starts
-#:   a re-bootstrap at every failed connect while all brokers are down, and each one replaces the
-#:   bootstrap brokers and their threads (librdkafka issues 5088, 5546): ~20 threads a second
-#:   per client. ``none`` keeps retrying the bootstrap and known brokers, whose names are
-#:   resolved again at each connect, as librdkafka did before 2.10.
+log = logging.getLogger("mqgw.kafka")
+
+#: At a stop, how long the producers may take to send what they hold (both together).
+FLUSH_S = 5.0
+#: At a stop, how long closing the consumers may take (off the event loop) before the process
+#: goes on without them.
+CLOSE_S = 5.0
+
+#: librdkafka settings of every client (producers, admin, consumers); the operator's
+#: ``kafka_config`` comes after them and may override them.
+#: - ``metadata.recovery.strategy``: ``rebootstrap`` (librdkafka's default since 2.10). With
+#:   ``none`` a client that was told by a broker's metadata answer that no broker is alive (a
+#:   single broker fenced by its KRaft controller, for the ~1 s after it came back) forgot
+#:   every broker and never went back to ``bootstrap.servers``: every node answered 503
+#:   ``Broker transport failure`` until restarted (13-37 minutes, 4 times on loaded machines;
+#:   tests/system/test_broker_fenced.py stuck at the 2nd of 3 fencings). Its cost while every
+#:   broker is really down: each failed connect starts a re-bootstrap that replaces the
+#:   bootstrap brokers and their threads (librdkafka issues 5088, 5546). Measured on an idle
+#:   worker pointed at a closed port (20 clients, relay on; 20 s): 38 new threads/s and 2.8 % of
+#:   a core, against 0 and 1.8 % with ``none`` (tests/system/test_broker_down.py bounds it).
 #: - ``reconnect.backoff.ms``: a consumer (Python's always has a group) looks for its group
 #:   coordinator every ``reconnect.backoff.ms / 2`` (at most 1 s) whatever the per-broker
 #:   backoff: 20 connects/s per client at the default 100 ms, 2/s at 1,000. It is also the first
 #:   pause before reconnecting to a broker that dropped a connection (doubling up to
-#:   ``reconnect.backoff.max.ms``, 10 s).
-#: With both: no new threads, ~30 failed connects/s, ~2 % of a core.
-BROKER_DOWN: dict[str, str | int] = {"metadata.recovery.strategy": "none",
+#:   ``reconnect.backoff.max.ms``, 10 s). With librdkafka's 100 ms and re-bootstrapping: 338
+#:   new threads/s and 15.6 % of a core in the same measurement.
+BROKER_DOWN: dict[str, str | int] = {"metadata.recovery.strategy": "rebootstrap",
                                      "reconnect.backoff.ms": 1000}
 
 
@@ -119,6 +132,8 @@ class Clients:
         self._produce_timeout_ms = produce_timeout_ms
         self._linger_ms = produce_linger_ms
         self.executor = ThreadPoolExecutor(max_workers=pool_size + 2, thread_name_prefix="kafka")
+        #: The readiness probe's thread: never queued behind the pool's blocked calls.
+        self.probe = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-probe")
         self.running = False
         self._pollers: list[threading.Thread] = []
 
@@ -147,20 +162,52 @@ class Clients:
         # Clients nothing else polls: their log lines wait in their queue for a poll (clientlog.py).
         quiet = (self.admin, self.meta) if producer is self.producer else ()
         while self.running:
-            producer.poll(0.05)
-            for client in quiet:
-                client.poll(0)
+            try:
+                producer.poll(0.05)
+                for client in quiet:
+                    client.poll(0)
+            except RuntimeError:  # a client closed under it ("Consumer closed"): stopping
+                if self.running:
+                    raise
+                return
 
     async def close(self) -> None:
-        """Flush the producers, then stop the poll threads and close the consumers."""
+        """Flush the producers (for at most :data:`FLUSH_S` in all), then stop the poll threads
+        and close the consumers, off the event loop and for at most :data:`CLOSE_S`.
+
+        Before, closing the consumers ran on the event loop and a stop hung there for 20-110 s
+        (``self.meta.close()`` waits for librdkafka's threads, which wait for a broker that
+        does not answer). A close that overruns is left to a daemon thread: the process exits
+        without it, and what it would have closed goes with the process."""
+        deadline = time.monotonic() + FLUSH_S
         for producer in (self.producer, self.small_producer):
-            await self.run(producer.flush, 10)
+            await self.run(producer.flush, max(0.0, deadline - time.monotonic()))
         self.running = False
-        for t in self._pollers:
-            t.join(timeout=2)
-        self.pool.close()
-        self.meta.close()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def finish() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def close_all() -> None:
+            for t in self._pollers:
+                t.join(timeout=2)
+            self.pool.close()
+            self.meta.close()
+            try:
+                loop.call_soon_threadsafe(finish)
+            except RuntimeError:  # the loop is gone: the stop went on without this close
+                pass
+
+        threading.Thread(target=close_all, name="kafka-close", daemon=True).start()
+        try:
+            await asyncio.wait_for(asyncio.shield(done), CLOSE_S)
+        except TimeoutError:
+            log.warning("the Kafka clients did not close within %.0f s; exiting without them",
+                        CLOSE_S)
         self.executor.shutdown(wait=False)
+        self.probe.shutdown(wait=False)
 
     async def run(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)``, a blocking librdkafka call, in the clients' thread pool."""

@@ -25,6 +25,8 @@ LEADER_RETRY_S = (0.05, 0.2, 0.5)
 #: Kafka's own topics (__consumer_offsets, __transaction_state, __share_group_state, ...) are
 #: named so; the admin API lists them only when asked.
 INTERNAL_PREFIX = "__"
+#: How long the readiness probe waits for a metadata answer.
+PING_TIMEOUT_S = 2.0
 #: The timestamps ListOffsets answers with a partition's first offset and its high watermark.
 LOG_START, LOG_END = -2, -1
 
@@ -35,6 +37,7 @@ class Metadata:
     def __init__(self, clients: Clients) -> None:
         self._clients = clients
         self._topics: dict[str, tuple[float, list[int]]] = {}  # topic: (when, partitions)
+        self._probe: asyncio.Future[None] | None = None  # the readiness probe in flight
 
     async def partitions(self, topic: str, fresh: bool = False) -> list[int]:
         """The topic's partition ids (cached unless ``fresh``); raises :class:`UnknownTopic`."""
@@ -43,6 +46,8 @@ class Metadata:
             return cached[1]
         md = await self._clients.run(self._list_topic, topic)
         tm = md.topics.get(topic)
+        if not md.brokers:  # (a broker just unfenced answers so for a moment): no verdict on
+            raise BrokerUnavailable("the cluster's metadata lists no live broker")  # the topic
         if tm is None or is_unknown(tm.error) or not tm.partitions:
             self._topics.pop(topic, None)
             raise UnknownTopic(topic)
@@ -74,12 +79,29 @@ class Metadata:
         found: set[str] = await self._clients.run(names)
         return found
 
-    async def ping(self) -> bool:
+    async def ping(self) -> None:
+        """A metadata request through the admin client, in a thread of its own
+        (:attr:`Clients.probe`): the readiness check must not queue behind requests whose
+        threads wait on the metadata consumer (before: ``/readyz`` gave no answer in 9-60 s
+        while every pool thread waited on a broker that had stopped answering). A probe still
+        running is awaited, not doubled."""
+        fut = self._probe
+        if fut is None or fut.done():
+            fut = self._probe = asyncio.get_running_loop().run_in_executor(
+                self._clients.probe, self._probe_once)
         try:
-            await self._clients.run(lambda: self._clients.meta.list_topics(timeout=2))
-            return True
-        except Exception:  # noqa: BLE001 - any failure means unreachable
-            return False
+            await asyncio.wait_for(asyncio.shield(fut), PING_TIMEOUT_S + 0.5)
+        except TimeoutError:
+            raise BrokerUnavailable(f"no metadata answer within {PING_TIMEOUT_S:.0f} s") from None
+
+    def _probe_once(self) -> None:
+        try:
+            md = self._clients.admin.list_topics(timeout=PING_TIMEOUT_S)
+        except KafkaException as e:
+            err = error_of(e)
+            raise BrokerUnavailable(err.str() if err is not None else str(e)) from None
+        if not md.brokers:
+            raise BrokerUnavailable("the cluster's metadata lists no live broker")
 
     # -- watermarks -----------------------------------------------------------------------
     async def watermarks(self, topic: str) -> dict[str, tuple[int, int]]:
@@ -143,7 +165,11 @@ class Metadata:
         for tp, lo, hi in zip(tps, lows, highs, strict=True):
             err = lo.error or hi.error
             if err is not None or lo.offset < 0 or hi.offset < 0:
-                failed.append((tp, err or KafkaError(KafkaError._UNKNOWN_PARTITION)))
+                # No answer without an error is a slow or moving leader, not a verdict that the
+                # partition does not exist: it was taken for one (_UNKNOWN_PARTITION), and while
+                # a broker was slow /message answered 404 unknown_topic for existing topics
+                # (175 times in one run), which a client takes as "stop consuming".
+                failed.append((tp, err or KafkaError(KafkaError.LEADER_NOT_AVAILABLE)))
             else:
                 out[tp] = (lo.offset, hi.offset)
         return out, failed

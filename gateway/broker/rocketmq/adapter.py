@@ -85,11 +85,9 @@ class RocketMQBroker(Broker):
             f"offset by time of {topic}")
         return int(resp.ext["offset"])
 
-    async def ping(self) -> bool:
-        try:
-            return bool(await self._client.masters())
-        except BrokerUnavailable:
-            return False
+    async def ping(self) -> None:
+        if not await self._client.masters():
+            raise BrokerUnavailable("the name server knows no broker")
 
     async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
         return await self._topics.describe(names)

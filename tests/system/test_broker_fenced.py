@@ -1,0 +1,203 @@
+"""A broker fenced by its KRaft controller for a moment, then back: every node serves again
+within seconds, by itself (issue 32, ``make chaos``).
+
+Seen four times on loaded machines: the single broker missed its heartbeats, the controller
+fenced it, and from then on every node answered 503 ``Failed to get metadata: Local: Broker
+transport failure`` until it was restarted (13-37 minutes), while a fresh client got metadata at
+once. The window is the moment after the broker comes back in which it serves metadata that
+lists no live broker; with ``metadata.recovery.strategy=none`` librdkafka then forgets the only
+broker it knew and never goes back to ``bootstrap.servers``.
+
+Made deterministic here: a controller and a broker in processes of their own
+(kafka_dist.start_split; a combined node cannot fence itself), the broker SIGSTOPped until the
+controller logs that it fenced it, then SIGCONT, three times, with clients calling the node
+throughout. Apache Kafka only: the harness starts its own Kafka from the jars.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.cli import devstack
+
+from ..support import TEST_BROKER, TLS, Node, start_node, unique, wait_for
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.skipif(
+    TEST_BROKER != "kafka" or bool(os.environ.get("KAFKA_BOOTSTRAP")),
+    reason="starts a controller and a broker of Apache Kafka from its jars (the Kafka pass)")]
+
+FENCINGS = 3
+#: How soon a node must serve again once the broker does (issue 32: within 10 s). Counted from
+#: the moment a fresh client sees the broker in metadata again, so a slow machine's restart of
+#: the broker itself is not counted against the node.
+RECOVERY_S = 10.0
+
+
+@pytest.fixture
+def split() -> Iterator[object]:
+    from gateway.cli.kafka_dist import start_split
+
+    k = start_split()
+    try:
+        yield k
+    finally:
+        k.stop()
+
+
+def _fencings(log: str) -> int:
+    return Path(log).read_text(errors="replace").count("Fencing broker 2 ")
+
+
+def _broker_serves(bootstrap: str, topic: str) -> bool:
+    """A fresh client's view: the broker is listed and leads the topic's partitions."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(topic, timeout=2)
+    except Exception:  # noqa: BLE001 - not yet
+        return False
+    tm = md.topics.get(topic)
+    return bool(md.brokers) and tm is not None and tm.error is None and bool(tm.partitions) \
+        and all(p.leader == 2 for p in tm.partitions.values())
+
+
+def _serves(http: httpx.Client, node: Node, topic: str, group: str) -> bool:
+    try:
+        r = http.post(f"{node.url}/produce", json={"topic": topic, "value": "after"})
+        m = http.get(f"{node.url}/message", params={"consumer": group, "topic": topic, "wait_ms": 0})
+    except httpx.HTTPError:
+        return False
+    return r.status_code == 200 and r.json().get("failed") == 0 and m.status_code == 200
+
+
+class Traffic:
+    """Clients calling the node all along (their metadata look-ups are what the broker's first
+    answers after SIGCONT reach); what they got is counted: an outage is 503 (or a slow answer),
+    never 404 (before: ``404 unknown_topic`` for the existing topic, which a client takes as
+    "stop consuming")."""
+
+    def __init__(self, node: Node, topic: str, group: str) -> None:
+        self.statuses: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, args=(node, topic, group), daemon=True)
+        self._t.start()
+
+    def _run(self, node: Node, topic: str, group: str) -> None:
+        with httpx.Client(timeout=15, verify=TLS) as http:
+            while not self._stop.is_set():
+                for call in (lambda: http.post(f"{node.url}/produce", json={"topic": topic, "value": "x"}),
+                             lambda: http.get(f"{node.url}/message", params={
+                                 "consumer": group, "topic": topic, "wait_ms": 200})):
+                    try:
+                        code = call().status_code
+                    except httpx.HTTPError:
+                        code = 0
+                    self.statuses[code] = self.statuses.get(code, 0) + 1
+                    if code == 200:  # the (unacked) batch's lock is short; keep the loop light
+                        self._stop.wait(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join(30)
+
+
+def test_nodes_serve_again_after_their_broker_was_fenced(split: object, redis_url: str,
+                                                         tmp_path: Path) -> None:
+    from gateway.cli.kafka_dist import SplitKafka
+
+    assert isinstance(split, SplitKafka)
+    topic = unique("fenced")
+    devstack.create_topic(split.bootstrap, topic, 2)
+    # the product's librdkafka settings (no kafka_config): what a deployment runs
+    node = start_node(redis_url, split.bootstrap, tmp_path, start_position="earliest",
+                      consume_timeout_ms=1000)
+    group = unique("fenced")
+    recoveries: list[float] = []
+    try:
+        with httpx.Client(timeout=15, verify=TLS) as http:
+            wait_for(lambda: _serves(http, node, topic, group), "the node to serve", timeout=60)
+            traffic = Traffic(node, topic, group)
+            try:
+                for _ in range(FENCINGS):
+                    fenced = _fencings(split.controller.extra["log"])
+                    os.killpg(split.broker.proc.pid, signal.SIGSTOP)
+                    try:  # stopped until the controller fenced it (its session: 2 s)
+                        wait_for(lambda f=fenced: _fencings(split.controller.extra["log"]) > f,
+                                 "the controller to fence the broker", timeout=120)
+                    finally:
+                        os.killpg(split.broker.proc.pid, signal.SIGCONT)
+                    wait_for(lambda: _broker_serves(split.bootstrap, topic),
+                             "the broker to serve again", timeout=120)
+                    back = time.monotonic()
+                    while not _serves(http, node, topic, group):
+                        waited = time.monotonic() - back
+                        assert waited < RECOVERY_S, (
+                            f"the node still fails {waited:.0f} s after the broker serves again "
+                            f"(fencing {len(recoveries) + 1}); traffic: {traffic.statuses}\n"
+                            f"{node.log.read_text()[-3000:]}")
+                        time.sleep(0.2)
+                    recoveries.append(time.monotonic() - back)
+            finally:
+                traffic.stop()
+    finally:
+        node.stop()
+    assert 404 not in traffic.statuses and 500 not in traffic.statuses, traffic.statuses
+    print(f"recovered after {', '.join(f'{r:.1f}' for r in recoveries)} s; "
+          f"traffic statuses {traffic.statuses}")
+
+
+def test_readyz_answers_and_says_why_while_broker_calls_hang(split: object, redis_url: str,
+                                                              tmp_path: Path) -> None:
+    """The broker SIGSTOPped (its calls hang until their timeouts) and requests filling the
+    node's Kafka thread pool: ``/readyz`` still answers within its bound (2.5 s a check) and
+    names the broker. Before: its ping queued behind the pool, no answer within 9-60 s."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gateway.cli.kafka_dist import SplitKafka
+
+    assert isinstance(split, SplitKafka)
+    topics = [unique("hang") for _ in range(4)]
+    for t in topics:
+        devstack.create_topic(split.bootstrap, t, 4)
+    node = start_node(redis_url, split.bootstrap, tmp_path)
+    try:
+        with httpx.Client(timeout=60, verify=TLS) as http:
+            wait_for(lambda: http.get(f"{node.url}/readyz").status_code == 200, "ready", timeout=60)
+            os.killpg(split.broker.proc.pid, signal.SIGSTOP)
+            try:
+                with ThreadPoolExecutor(48) as pool:  # more than the pool's 18 threads
+                    def busy(i: int) -> int:
+                        try:
+                            return http.get(f"{node.url}/message", params={
+                                "consumer": unique("g"), "topic": topics[i % len(topics)],
+                                "wait_ms": 0}).status_code
+                        except httpx.HTTPError:
+                            return 0
+                    calls = [pool.submit(busy, i) for i in range(48)]
+                    time.sleep(1.0)  # the pool's threads are waiting on the stopped broker
+                    t0 = time.monotonic()
+                    # 8 s: the bound is 2.5 s; the margin is for a loaded machine, and the old
+                    # code took 9-60 s
+                    r = http.get(f"{node.url}/readyz", timeout=8)
+                    took = time.monotonic() - t0
+                    assert r.status_code == 503, r.text
+                    body = r.json()
+                    assert body["checks"] == {"redis": True, "broker": False}, body
+                    assert body["reasons"]["broker"], body
+                    codes = [c.result() for c in calls]
+            finally:
+                os.killpg(split.broker.proc.pid, signal.SIGCONT)
+            assert 404 not in codes and 500 not in codes, codes  # a stopped broker is 503
+            wait_for(lambda: http.get(f"{node.url}/readyz").status_code == 200, "ready again",
+                     timeout=60)
+    finally:
+        node.stop()
+    print(f"/readyz answered in {took:.1f} s: {body}")
