@@ -200,6 +200,11 @@ class Settings:
     #: slow, not dead. A worker that exits is replaced at once whatever this says; this bound is
     #: only for one that is stopped (SIGSTOP, a frozen VM) or hung in native code.
     worker_ping_timeout_ms: int = 60_000
+    #: On SIGTERM a node stops accepting connections and answers waiting long polls at once
+    #: (empty); other requests get this long to finish, then are answered ``503
+    #: shutting_down`` (api/drain.py), and the process exits. Keep it under the orchestrator's
+    #: kill delay (Kubernetes: terminationGracePeriodSeconds, 30 s) minus a few seconds.
+    stop_grace_ms: int = 4_000
 
     #: Delayed records (core/wheel.py): the wheel's levels, a comma-separated list of durations
     #: ('' = 1-9 x 100 ms, 1 s, 10 s, 100 s, 1000 s). Each is a topic; a longer delay loops on

@@ -20,6 +20,7 @@ HTTP (ASGI) lives here; the log format and the metrics themselves are :mod:`gate
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -30,12 +31,17 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import ASGIApp, ExceptionHandler, Lifespan, Message, Receive, Scope, Send
 
 from ..ops import metrics
 from ..ops.logs import access_log, log_access, new_request_id, request_id
+from .drain import DRAIN
+
+#: The answer to a request the node's stop cut (api/drain.py): another node takes the retry.
+SHUTTING_DOWN = {"error": {"code": "shutting_down",
+                           "message": "this gateway node is stopping; retry (another node answers)"}}
 
 _HEADER = b"x-request-id"
 _SANE_ID = re.compile(rb"[A-Za-z0-9._-]{1,128}")
@@ -167,6 +173,9 @@ class Front:
 
         start = time.perf_counter()
         ok = False
+        task = asyncio.current_task()
+        if task is not None:
+            DRAIN.running.add(task)
         try:
             try:
                 await self.app(scope, receive, send_with_id)
@@ -177,8 +186,17 @@ class Front:
                 response = await handler(Request(scope, receive, send), exc)
                 await response(scope, receive, send_with_id)
                 exc.__traceback__ = None  # a reused exception instance would pile up tracebacks
+            except asyncio.CancelledError:
+                if task is None or not DRAIN.was_cut(task):
+                    raise  # the client went away, or the server cancels: not ours to answer
+                task.uncancel()  # the drain's own cancel (api/drain.py): answered here
+                if not status:
+                    await JSONResponse(SHUTTING_DOWN, status_code=503, headers={"Retry-After": "1"})(
+                        scope, receive, send_with_id)
             ok = True
         finally:
+            if task is not None:
+                DRAIN.running.discard(task)
             elapsed = time.perf_counter() - start
             if not status:  # no response was started: the server sends a 500
                 status = 500

@@ -20,6 +20,7 @@ from ..store import Redis
 from .access import App
 from .admin import admin_routes
 from .console import console_routes
+from .drain import DRAIN
 from .errors import HANDLERS
 from .routes import data_routes
 from .topics import topic_routes
@@ -36,9 +37,12 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None,
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         services = await open_services(settings, broker=broker, redis=redis)
         app.state.services = services
+        DRAIN.grace_s = settings.stop_grace_ms / 1000
+        DRAIN.on_begin(services.consume.drain)
         try:
             yield
         finally:
+            DRAIN.clear()
             with watchdog.report_if_slow("application shutdown"):
                 await close_services(services)
 

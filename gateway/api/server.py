@@ -70,6 +70,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..config import Settings
 from ..ops import metrics
+from .drain import DRAIN
 from .errors import REQUEST_TIMEOUT, TOO_MANY_CONNECTIONS, head_too_large
 
 log = logging.getLogger("mqgw.server")
@@ -227,7 +228,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             min(self.timeout_keep_alive, self._header_s), self.timeout_keep_alive_handler)
 
     def shutdown(self) -> None:
-        """A graceful stop: a response completed this very turn still goes out before the close."""
+        """A graceful stop: a response completed this very turn still goes out before the close;
+        the process's drain begins (api/drain.py: waiting long polls answered at once)."""
+        DRAIN.begin()
         corked = getattr(self, "_corked", None)
         if corked is not None:
             corked.flush()

@@ -84,7 +84,10 @@ def serve(args: argparse.Namespace) -> int:
                     workers=args.workers, loop="uvloop", http=GatewayHttpProtocol,
                     proxy_headers=False,
                     access_log=False, timeout_keep_alive=settings.keep_alive_timeout_ms / 1000,  # type: ignore[arg-type]
-                    timeout_graceful_shutdown=5, backlog=4096, log_config=logs.log_config(level),
+                    # after the drain's own grace (api/drain.py), so uvicorn never cancels a
+                    # request itself: its cancel was a 500 and a traceback
+                    timeout_graceful_shutdown=settings.stop_grace_ms / 1000 + 1,  # type: ignore[arg-type]
+                    backlog=4096, log_config=logs.log_config(level),
                     # whole seconds in uvicorn; at least 1 (0 would kill every worker at once)
                     timeout_worker_healthcheck=max(1, settings.worker_ping_timeout_ms // 1000))
     return 0

@@ -61,6 +61,10 @@ class ConsumeService:
         self.fetcher = Fetcher(settings, store, broker, watermarks, codec, authorizer, self.room,
                                self.retries, checkpoints, registry_copy)
 
+    def drain(self) -> None:
+        """The node is stopping: waiting polls answer now, with what they have (nothing)."""
+        self.room.drain()
+
     async def _highs(self, topic: str) -> dict[str, int]:
         return {q: hi for q, (_lo, hi) in (await self.wm.get(topic)).items()}
 

@@ -67,6 +67,16 @@ class WaitRoom:
         self._lines: dict[Key, _Line] = {}
         self._by_topic: dict[str, set[Key]] = {}
         self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._draining = False
+
+    def drain(self) -> None:
+        """End every wait now, as if it had timed out, and every later one at once: the node is
+        stopping, and a long poll answered empty is retried on another node (instead of being
+        cut without an answer when the process exits)."""
+        self._draining = True
+        for line in self._lines.values():
+            for fut in line.waiters:
+                _expire(fut)
 
     async def wait(self, key: Key, timeout_s: float, recheck_s: float,
                    also: str | None = None) -> bool:
@@ -74,6 +84,8 @@ class WaitRoom:
         wants to re-run choose even if nothing is seen to change (only the oldest waiter of a key
         gets to). ``also``: another topic whose new records wake the key's waiters (the
         consumer's retry topic)."""
+        if self._draining:
+            return False
         loop = asyncio.get_running_loop()
         line = self._lines.get(key)
         if line is None:
