@@ -1478,7 +1478,9 @@ def test_dependency_unavailable(bootstrap: str, tmp_path: Path, shared_topic: st
     dead = f"redis://127.0.0.1:{devstack.free_port()}/0"  # nothing listens there
     with lone_node(dead, bootstrap, tmp_path) as api:
         ready = call(api, "GET", "/readyz", status=503)
+        reasons = ready.pop("reasons")
         assert ready == {"status": "unavailable", "checks": {"redis": False, "broker": True}}
+        assert set(reasons) == {"redis"} and reasons["redis"], reasons  # what is wrong, said
         assert call(api, "GET", "/healthz", status=200) == {"status": "ok"}
         rid = RequestIdCodec(HMAC_KEY).encode(BatchRef("kafka", "g", "", shared_topic, "0", 0, 1, 1))
         reset = {"topic": shared_topic, "to": "earliest"}
@@ -1565,7 +1567,9 @@ def test_broker_unavailable(redis_url: str, tmp_path: Path) -> None:
     dead = f"127.0.0.1:{devstack.free_port()}"  # nothing listens there
     with lone_node(redis_url, dead, tmp_path) as api:
         ready = call(api, "GET", "/readyz", status=503)
+        reasons = ready.pop("reasons")
         assert ready == {"status": "unavailable", "checks": {"redis": True, "broker": False}}
+        assert set(reasons) == {"broker"} and reasons["broker"], reasons
         # Each answer comes after the metadata timeout (~13 s each on an idle machine, 39 s for
         # both once on a loaded CI machine): a hang is what the client's own timeout (60 s a
         # request) and the test's catch, not a wall-clock bound that load can break.
