@@ -39,6 +39,7 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None,
         app.state.services = services
         DRAIN.grace_s = settings.stop_grace_ms / 1000
         DRAIN.on_begin(services.consume.drain)
+        DRAIN.follow_signals()
         try:
             yield
         finally:

@@ -1,7 +1,9 @@
 """A node's stop as its clients see it: no 500, no request left without an answer.
 
-On SIGTERM uvicorn stops accepting connections and tells each open one to finish
-(``GatewayHttpProtocol.shutdown``), which begins the drain here, once per process:
+On SIGTERM (or SIGINT) the drain begins here, once per process, as uvicorn stops accepting
+connections: from the signal itself (:meth:`Drain.follow_signals` chains uvicorn's handler; a
+request whose client already hung up has no connection that uvicorn would tell), and from each
+open connection being told to finish (``GatewayHttpProtocol.shutdown``):
 
 1. the hooks run: waiting long polls are answered at once with their empty answer (the
    consume service's wait room), instead of being cut with no answer after uvicorn's grace;
@@ -19,7 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import threading
 from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 log = logging.getLogger("mqgw.shutdown")
 
@@ -37,6 +43,24 @@ class Drain:
         self.running: set[asyncio.Task[object]] = set()
         self._cut: set[asyncio.Task[object]] = set()
         self._hooks: list[Callable[[], None]] = []
+
+    def follow_signals(self) -> None:
+        """Begin the drain when SIGTERM or SIGINT arrives, before the handler already installed
+        (uvicorn's, which it restores when it stops serving: the chain goes with it). Only the
+        main thread can set signal handlers; elsewhere (tests' in-process servers) nothing."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            prev = signal.getsignal(sig)
+            if not callable(prev):
+                continue
+
+            def handler(signum: int, frame: FrameType | None,
+                        prev: Callable[[int, FrameType | None], Any] = prev) -> None:
+                loop.call_soon_threadsafe(self.begin)
+                prev(signum, frame)
+            signal.signal(sig, handler)
 
     def on_begin(self, hook: Callable[[], None]) -> None:
         self._hooks.append(hook)
