@@ -271,9 +271,12 @@ class RocketMQ(Service):
         super().stop(signal.SIGKILL, timeout)
 
 
-def start_rocketmq(heap: str = "512m", timeout: float = 120.0, **broker_settings: object) -> RocketMQ:
-    """A name server and one broker (``broker-a`` of cluster ``mqgw``, settings ``BROKER_DEFAULTS``
-    updated with ``broker_settings``) on free loopback ports, the store in a temporary directory.
+def start_rocketmq(heap: str = "512m", timeout: float = 120.0,
+                   namesrv_settings: Mapping[str, object] | None = None,
+                   **broker_settings: object) -> RocketMQ:
+    """A name server (``namesrv_settings`` added to its configuration) and one broker
+    (``broker-a`` of cluster ``mqgw``, settings ``BROKER_DEFAULTS`` updated with
+    ``broker_settings``) on free loopback ports, the store in a temporary directory.
     Returns once the name server lists the broker and the broker answers."""
     resolve()  # outside the timeout: the first resolution downloads ~100 MB
     work = Path(tempfile.mkdtemp(prefix="mqgw-rocketmq-"))
@@ -281,7 +284,8 @@ def start_rocketmq(heap: str = "512m", timeout: float = 120.0, **broker_settings
     port = free_broker_port()
     while ns_port in (port - 2, port, port + 1):
         port = free_broker_port()
-    _write_conf(work / "namesrv.conf", {"listenPort": ns_port, "bindAddress": "127.0.0.1"})
+    _write_conf(work / "namesrv.conf", {"listenPort": ns_port, "bindAddress": "127.0.0.1",
+                                        **(namesrv_settings or {})})
     _write_conf(work / "broker.conf", {
         **BROKER_DEFAULTS, "namesrvAddr": f"127.0.0.1:{ns_port}", "brokerIP1": "127.0.0.1",
         # brokerIP2: the HA address the broker registers (it would name the host's address)
