@@ -16,7 +16,7 @@ from ..broker import UnknownTopic
 from ..core.errors import Busy, DomainError, Forbidden, Unauthenticated, unknown
 from ..core.fetch import FetchStatus
 from ..core.names import check_name
-from ..core.produce import produce
+from ..core.produce import produce, within_produce_timeout
 from ..core.views import queue_rows
 from ..ops import metrics
 from ..store import AckResult, now_ms
@@ -85,10 +85,12 @@ async def produce_route(request: Request) -> Response:
     topic, producer, messages, dues = parse_produce(body, gw.settings.max_produce_batch, now_ms())
     await gw.produce_gate.check(credential, producer, topic)
     if dues is None:
-        result = await produce(gw.broker, topic, messages)
+        result = await within_produce_timeout(produce(gw.broker, topic, messages),
+                                              gw.settings.produce_timeout_ms)
         delayed = None
     else:
-        result, delayed = await gw.delay.produce(topic, messages, dues)
+        result, delayed = await within_produce_timeout(gw.delay.produce(topic, messages, dues),
+                                                       gw.settings.produce_timeout_ms)
     metrics.produced(len(result.results) - result.failed, result.failed)
     return JSON(produced_body(result, delayed))
 

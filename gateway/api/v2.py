@@ -21,7 +21,7 @@ from ..core.errors import Conflict, invalid, unknown
 from ..core.fetch import FetchStatus
 from ..core.instances import Committed
 from ..core.names import check_name, check_topic
-from ..core.produce import produce
+from ..core.produce import produce, within_produce_timeout
 from ..ops import metrics
 from . import v2_wire as wire
 from .access import route
@@ -66,7 +66,8 @@ async def produce_route(request: Request) -> Response:
     body = await read_json(request, gw.settings.max_body_bytes, required=True)
     messages = wire.parse_produce(body, fmt, queue, gw.settings.max_produce_batch)
     await gw.produce_gate.check(credential, producer, topic)
-    result = await produce(gw.broker, topic, messages)
+    result = await within_produce_timeout(produce(gw.broker, topic, messages),
+                                          gw.settings.produce_timeout_ms)
     metrics.produced(len(result.results) - result.failed, result.failed)
     return wire.V2JSON(wire.produced_body(result))
 

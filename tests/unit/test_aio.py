@@ -105,3 +105,20 @@ async def test_await_chain_walks_into_async_generators() -> None:
     assert [line.rsplit(" ", 1)[1] for line in chain[:3]] == ["consumer", "gen", "wait"]
     gate.set()
     await task
+
+
+async def test_a_produce_request_is_bounded_by_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """core/produce.py: a request that outlives produce_timeout_ms (+ slack) is a 503, and a
+    TimeoutError of its own is not taken for the bound's."""
+    from gateway.broker import BrokerUnavailable
+    from gateway.core import produce
+
+    monkeypatch.setattr(produce, "PRODUCE_SLACK_S", 0.0)
+    with pytest.raises(BrokerUnavailable, match="did not acknowledge"):
+        await produce.within_produce_timeout(asyncio.sleep(30), 10)
+
+    async def own_timeout() -> None:
+        raise TimeoutError("not the bound's")
+    with pytest.raises(TimeoutError, match="not the bound's"):
+        await produce.within_produce_timeout(own_timeout(), 10_000)
+    assert await produce.within_produce_timeout(asyncio.sleep(0, result=3), 10_000) == 3
