@@ -125,7 +125,7 @@ def dev(args: argparse.Namespace) -> int:
                 if not rocketmq_dist.is_resolved():
                     print(f"resolving Apache RocketMQ {rocketmq_dist.VERSION} from Maven Central "
                           f"into {rocketmq_dist.dist_dir()} (once; ~30 s)", flush=True)
-                rq = rocketmq_dist.start_rocketmq()
+                rq = rocketmq_dist.start_rocketmq(timeout=args.start_timeout)
                 started.append(rq)
                 env["MQGW_ROCKETMQ_NAMESRV"] = rq.extra["namesrv"]
                 print(f"started name server (Apache RocketMQ {rocketmq_dist.VERSION}) {rq.extra['namesrv']}"
@@ -143,7 +143,7 @@ def dev(args: argparse.Namespace) -> int:
                 if first:
                     print(f"resolving Apache Kafka {kafka_dist.VERSION} from Maven Central "
                           f"into {kafka_dist.dist_dir()} (once; ~30 s)", flush=True)
-                b = kafka_dist.start_kafka()
+                b = kafka_dist.start_kafka(timeout=args.start_timeout)
                 print(f"started broker (Apache Kafka {kafka_dist.VERSION}) {b.extra['bootstrap']}"
                       f"   in {time.monotonic() - t0:.0f} s")
             else:
@@ -169,7 +169,7 @@ def dev(args: argparse.Namespace) -> int:
         gw = subprocess.Popen(_serve_cmd(args.host, args.port, args.workers), env=env,
                               start_new_session=True)
         started.append(devstack.Service("gateway", args.port, gw))
-        devstack.wait_port(args.port, timeout=30, proc=gw)
+        devstack.wait_port(args.port, timeout=args.start_timeout, proc=gw)
         base = f"http://{args.host}:{args.port}"
         _patch_json(f"{base}/admin/consumers/demo-group", {"start": "earliest"})
         broker_env = (f"MQGW_BROKER=rocketmq MQGW_ROCKETMQ_NAMESRV={env['MQGW_ROCKETMQ_NAMESRV']}"
@@ -194,6 +194,12 @@ Ctrl-C stops the gateway and everything started with it.""", flush=True)
         return gw.returncode or 0
     except KeyboardInterrupt:
         return 0
+    except (RuntimeError, TimeoutError) as e:  # a broker, Redis or the gateway did not start
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"mqgw dev: {first}\n  (the stack is stopped again; a busy machine may need more "
+              f"than {args.start_timeout:.0f} s: MQGW_DEV_START_TIMEOUT=600 make run, or mqgw dev "
+              f"--start-timeout 600)", file=sys.stderr)
+        return 1
     finally:
         for s in reversed(started):
             s.stop()
@@ -316,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
                                 "offsets: see README, Known limitations), or Apache RocketMQ "
                                 "(a name server and a broker from Maven jars, unless "
                                 "MQGW_ROCKETMQ_NAMESRV is set)")
+            p.add_argument("--start-timeout", type=float,
+                           default=float(os.environ.get("MQGW_DEV_START_TIMEOUT", "300")),
+                           help="seconds the broker may take to start (default 300, or "
+                                "MQGW_DEV_START_TIMEOUT; a loaded machine took over 90)")
         p.set_defaults(fn=fn)
     admin_cli.add_commands(sub)
     p = sub.add_parser("relay", help="run only the relay that moves delayed records along the delay "

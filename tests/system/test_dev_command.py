@@ -116,3 +116,23 @@ def test_dev_refuses_a_taken_port_before_starting_anything(tmp_path) -> None:
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in p.stderr and "MQGW_PORT" in p.stderr
     assert "is up" not in p.stdout and "started" not in p.stdout  # nothing was started
+
+
+@pytest.mark.skipif(BROKER != "kafka", reason="Apache Kafka from its jars (the Kafka pass)")
+@pytest.mark.timeout(120)
+def test_a_broker_that_does_not_start_in_time_is_one_line_and_a_clean_stop(tmp_path) -> None:
+    """``make run`` on a loaded machine: Kafka did not listen within a fixed 90 s and the run died
+    with a raw 20-line traceback. The limit is a setting (MQGW_DEV_START_TIMEOUT; 0.5 s here, which
+    no JVM makes), and the failure is one line that names it, after stopping what was started."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP", "MQGW_REDIS_URL", "MQGW_KAFKA_BOOTSTRAP")}
+    env["MQGW_DEV_START_TIMEOUT"] = "0.5"
+    env["MQGW_SNAPSHOT_DIR"] = str(tmp_path / "snapshots")
+    p = subprocess.run([sys.executable, "-m", "gateway", "dev", "--port", str(devstack.free_port()),
+                        "--workers", "1", "--broker", "kafka"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=100)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr, p.stderr
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith("mqgw dev: Apache Kafka did not start"), p.stderr
+    assert "MQGW_DEV_START_TIMEOUT" in p.stderr and len(lines) <= 3, p.stderr
