@@ -195,8 +195,8 @@ Ctrl-C stops the gateway and everything started with it.""", flush=True)
     except KeyboardInterrupt:
         return 0
     except (RuntimeError, TimeoutError) as e:  # a broker, Redis or the gateway did not start
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"mqgw dev: {first}\n  (the stack is stopped again; a busy machine may need more "
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"mqgw dev: {reason}\n  (the stack is stopped again; a busy machine may need more "
               f"than {args.start_timeout:.0f} s: MQGW_DEV_START_TIMEOUT=600 make run, or mqgw dev "
               f"--start-timeout 600)", file=sys.stderr)
         return 1
