@@ -35,9 +35,14 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import ASGIApp, ExceptionHandler, Lifespan, Message, Receive, Scope, Send
 
+from ..core.registry_copy import COPY_PENDING
 from ..ops import metrics
 from ..ops.logs import access_log, log_access, new_request_id, request_id
 from .drain import DRAIN
+
+#: On the answer to a registry write that is applied (in Redis) but whose durable copy the broker
+#: did not take yet (core/registry_copy.py: sent again until it does).
+_COPY_PENDING_HEADER = (b"mqgw-durable-copy", b"pending")
 
 #: The answer to a request the node's stop cut (api/drain.py): another node takes the retry.
 SHUTTING_DOWN = {"error": {"code": "shutting_down",
@@ -168,7 +173,10 @@ class Front:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 # A new list: the response may reuse its own header list.
-                message = {**message, "headers": [*message.get("headers", ()), extra_header]}
+                headers = [*message.get("headers", ()), extra_header]
+                if COPY_PENDING.get():  # a registry write applied, its durable copy pending
+                    headers.append(_COPY_PENDING_HEADER)
+                message = {**message, "headers": headers}
             await send(message)
 
         start = time.perf_counter()

@@ -28,6 +28,7 @@ consumer was configured with is lost for longer, and offsets come back from the 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import uuid
 
@@ -44,6 +45,12 @@ log = logging.getLogger("mqgw.registry")
 WATCH_S = 1.0
 #: Records read from the copy at once while restoring.
 _READ_BATCH = 500
+#: How long a registry write waits for the broker to take its durable copy before it answers
+#: with the copy pending (the write itself is in Redis already).
+COPY_WAIT_S = 5.0
+#: Set in a request whose registry write left its durable copy pending (the HTTP layer answers
+#: with ``Mqgw-Durable-Copy: pending``).
+COPY_PENDING: contextvars.ContextVar[bool] = contextvars.ContextVar("mqgw_copy_pending", default=False)
 
 
 class RegistryCopy:
@@ -80,6 +87,7 @@ class RegistryCopy:
             await asyncio.sleep(WATCH_S)
             try:
                 await self.ensure()
+                await self.send_pending()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - Redis or the broker away: look again
@@ -87,12 +95,40 @@ class RegistryCopy:
 
     # -- copy ------------------------------------------------------------------------------------
     async def wrote(self, kind: str, name: str) -> None:
-        """After a registry write of entity ``kind``/``name``: send its state now to the copy;
-        BrokerUnavailable if the broker did not take it."""
+        """After a registry write of entity ``kind``/``name``: send its state now to the copy.
+
+        The write is in Redis already, so it has happened, whatever the broker does: a copy the
+        broker does not take within :data:`COPY_WAIT_S` is marked pending in Redis (sent again
+        by :meth:`run` on every node until the broker takes it), and :data:`COPY_PENDING` tells
+        the HTTP layer to say so. Before, such a write answered 503 and had been applied."""
         if not self.enabled:
             return
+        entity = entity_key(kind, name)
+        try:
+            async with asyncio.timeout(COPY_WAIT_S):
+                await self._topic()
+                await self._send({entity: await self.store.registry_copy.read(kind, name)})
+        except (BrokerUnavailable, TimeoutError, NotImplementedError) as e:
+            await self.store.registry_copy.mark_pending(entity)
+            COPY_PENDING.set(True)
+            log.warning("registry copy of %s pending (the write is applied; sent again every "
+                        "%.0f s until the broker takes it): %r", entity, WATCH_S, e)
+
+    async def send_pending(self) -> int:
+        """Send the copies the broker did not take before; how many went."""
+        entities = await self.store.registry_copy.pending()
+        if not entities:
+            return 0
         await self._topic()
-        await self._send({entity_key(kind, name): await self.store.registry_copy.read(kind, name)})
+        states = {}
+        for e in entities:
+            kind, name = e.split("/", 1)
+            states[e] = await self.store.registry_copy.read(kind, name)
+        await self._send(states)
+        await self.store.registry_copy.clear_pending(entities)
+        log.info("registry copy: %d pending entit%s sent", len(entities),
+                 "y" if len(entities) == 1 else "ies")
+        return len(entities)
 
     async def _send(self, entities: dict[str, Entity | None]) -> None:
         msgs = [OutgoingMessage(None if e is None else orjson.dumps(e), k.encode())

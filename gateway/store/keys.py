@@ -36,6 +36,9 @@ each have a slot of their own.
                                     its durable copy in the broker: core/registry_copy.py);
                                     missing after a loss, which starts a restore
 ``P:{reg}:copy_lock``       string  the node restoring the registry (``SET NX PX``)
+``P:{reg}:copy_pending``    set     entities (``consumer/<name>``, ...) written to Redis whose
+                                    durable copy the broker did not take yet; sent again by
+                                    every node's copy watch until it does
 ``P:{alerts}:state``        hash    consumer -> JSON alert state (consumers with thresholds)
 ``P:{alerts}:gauges``       hash    consumer -> JSON ``{totalBacklog, oldestAgeMs}`` (all)
 ``P:{alerts}:evaluated``    string  time of the last alert evaluation (ms)
@@ -68,7 +71,7 @@ from typing import Literal
 QUEUE_FIELDS = ("max", "com", "lock", "tok", "acc", "addr", "ckp", "rdl", "sta")
 #: Registry keys (``P:{reg}:<what>``) and alert keys (``P:{alerts}:<what>``).
 RegistryKey = Literal["consumers", "seen_at", "producers", "keys", "version", "copied",
-                      "copy_lock"]
+                      "copy_lock", "copy_pending"]
 AlertKey = Literal["state", "gauges", "evaluated", "lease", "lock"]
 
 

@@ -116,6 +116,21 @@ class RegistryCopyStore:
             await self._changes.announce()
         return written
 
+    # -- copies the broker did not take yet ---------------------------------------------------
+    async def mark_pending(self, entity: str) -> None:
+        await self._redis.sadd(self._keys.registry("copy_pending"), entity)
+
+    async def pending(self, limit: int = 500) -> list[str]:
+        got = cast("list[bytes | str]", await self._redis.srandmember(
+            self._keys.registry("copy_pending"), limit))
+        return [text(e) for e in got]
+
+    async def clear_pending(self, entities: list[str]) -> None:
+        """Drop entities whose copy was sent (a write meanwhile marks its entity again: its
+        send comes after this one, and its own failure marks it anew)."""
+        if entities:
+            await self._redis.srem(self._keys.registry("copy_pending"), *entities)
+
     async def has_copy_marker(self) -> bool:
         return bool(await self._redis.exists(self._keys.registry("copied")))
 

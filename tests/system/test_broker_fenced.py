@@ -277,3 +277,58 @@ def test_a_delayed_produce_is_answered_within_its_timeout_while_the_broker_hangs
         # a 503, or the broker's own timeout per record (200, failed); never a 500
         assert code == 503 or (code == 200 and '"failed":1' in text), answers
     print(f"answered {answers}")
+
+
+def test_an_admin_write_while_the_broker_hangs_is_applied_and_says_its_copy_is_pending(
+        split: object, redis_url: str, tmp_path: Path) -> None:
+    """Before: ``PUT /admin/producers/x`` answered 503 while the broker was away, and had been
+    applied (Redis has the registry; only its durable copy in the broker had failed). Now the
+    answer is the write's (200) with ``Mqgw-Durable-Copy: pending``, and the copy is sent once
+    the broker is back."""
+    import redis as redis_client
+    from confluent_kafka import Consumer, TopicPartition
+
+    from gateway.cli.kafka_dist import SplitKafka
+
+    from ..support import registry_topic
+
+    assert isinstance(split, SplitKafka)
+    topic = unique("reg")
+    devstack.create_topic(split.bootstrap, topic, 1)
+    prefix = unique("regp")  # a registry of this test's own on the shared Redis
+    node = start_node(redis_url, split.bootstrap, tmp_path, key_prefix=prefix)
+    producer = unique("prod")
+    pending_key = f"{prefix}:{{reg}}:copy_pending"
+    rds = redis_client.Redis.from_url(redis_url)
+    try:
+        with httpx.Client(timeout=60, verify=TLS) as http:
+            r = http.put(f"{node.url}/admin/producers/{unique('warm')}", json={"topics": [topic]})
+            assert r.status_code in (200, 201) and "mqgw-durable-copy" not in r.headers, r.text
+            os.killpg(split.broker.proc.pid, signal.SIGSTOP)
+            try:
+                r = http.put(f"{node.url}/admin/producers/{producer}", json={"topics": [topic]})
+                assert r.status_code in (200, 201), r.text
+                assert r.headers.get("mqgw-durable-copy") == "pending", r.headers
+                assert http.get(f"{node.url}/admin/producers/{producer}").status_code == 200
+                assert rds.sismember(pending_key, f"producer/{producer}")
+            finally:
+                os.killpg(split.broker.proc.pid, signal.SIGCONT)
+            wait_for(lambda: not rds.sismember(pending_key, f"producer/{producer}"),
+                     "the pending copy to be sent", timeout=60)
+    finally:
+        node.stop()
+        rds.close()
+    # the copy is on the broker: the compacted registry topic has the producer's record
+    c = Consumer({"bootstrap.servers": split.bootstrap, "group.id": unique("check"),
+                  "enable.auto.commit": False, "log_level": 0})
+    try:
+        c.assign([TopicPartition(registry_topic(redis_url, prefix), 0, 0)])
+        keys: set[bytes] = set()
+        deadline = time.monotonic() + 30
+        while f"producer/{producer}".encode() not in keys and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None and m.key():
+                keys.add(m.key())
+        assert f"producer/{producer}".encode() in keys, sorted(keys)[:20]
+    finally:
+        c.close()
