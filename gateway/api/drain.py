@@ -43,6 +43,8 @@ class Drain:
         self.running: set[asyncio.Task[object]] = set()
         self._cut: set[asyncio.Task[object]] = set()
         self._hooks: list[Callable[[], None]] = []
+        #: (signal, the handler before ours, ours): put back by :meth:`clear`.
+        self._chained: list[tuple[int, Any, Any]] = []
 
     def follow_signals(self) -> None:
         """Begin the drain when SIGTERM or SIGINT arrives, before the handler already installed
@@ -58,16 +60,26 @@ class Drain:
 
             def handler(signum: int, frame: FrameType | None,
                         prev: Callable[[int, FrameType | None], Any] = prev) -> None:
-                loop.call_soon_threadsafe(self.begin)
+                try:
+                    loop.call_soon_threadsafe(self.begin)
+                except RuntimeError:  # the loop is closed: nothing left to drain
+                    pass
                 prev(signum, frame)
             signal.signal(sig, handler)
+            self._chained.append((sig, prev, handler))
 
     def on_begin(self, hook: Callable[[], None]) -> None:
         self._hooks.append(hook)
 
     def clear(self) -> None:
-        """Forget the hooks (the services they reach are closed)."""
+        """Forget the hooks (the services they reach are closed) and put back the signal
+        handlers found (an app served again in the same process, as tests do, starts anew)."""
         self._hooks.clear()
+        for sig, prev, ours in reversed(self._chained):
+            if threading.current_thread() is threading.main_thread() and signal.getsignal(sig) is ours:
+                signal.signal(sig, prev)
+        self._chained.clear()
+        self.started = False
 
     def begin(self) -> None:
         """The stop began: run the hooks, and cut what still runs after the grace."""
