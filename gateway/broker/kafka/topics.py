@@ -87,7 +87,19 @@ class TopicMaker:
                 if err is not None and refused is not None:
                     raise TopicRefused(refused, err.str()) from None
                 raise BrokerUnavailable(f"creating topic {name}: {e}") from None
-        await self._clients.run(create)
+        try:
+            await self._clients.run(create)
+        except BrokerUnavailable as e:
+            # A CreateTopics that timed out may have been applied all the same (the controller
+            # took it; the answer was lost or late): look before saying it did not happen. It
+            # was a 503, and the client's retry got 409 topic_exists for a write that happened.
+            self._metadata.forget(name)
+            try:
+                await self._metadata.partitions(name, fresh=True)
+            except (UnknownTopic, BrokerUnavailable):
+                raise BrokerUnavailable(f"{e}; the broker does not list topic {name} now (a "
+                                        "creation it received late may still make it)") from None
+            log.warning("creating topic %s failed (%s) but the topic exists: created", name, e)
         self._metadata.forget(name)
         deadline = time.monotonic() + timeout_s
         while True:
