@@ -67,9 +67,14 @@ def row(d: webdriver.Chrome, consumer: str) -> Any:
 
 
 def texts(d: webdriver.Chrome, css: str) -> list[list[str]]:
-    """The cell texts of the rows ``css`` finds."""
-    return [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
-            for r in d.find_elements(By.CSS_SELECTOR, css)]
+    """The cell texts of the rows ``css`` finds, read again if the table was drawn anew while
+    they were read (a refresh between finding the rows and reading them: StaleElementReference,
+    one CI run)."""
+    def read(d: webdriver.Chrome) -> list[list[str]]:
+        return [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
+                for r in d.find_elements(By.CSS_SELECTOR, css)]
+    got: list[list[str]] = wait(d, f"the rows of {css}", lambda d: (read(d),))[0]
+    return got
 
 
 def cells(d: webdriver.Chrome, consumer: str) -> list[str]:
@@ -95,9 +100,16 @@ def open_console(d: webdriver.Chrome, url: str, key: str | None = None) -> None:
 
 
 def press(d: webdriver.Chrome, consumer: str, label: str) -> None:
-    """Click the button ``label`` in the consumer's row."""
-    wait(d, f"button {label!r}", lambda d: row(d, consumer).find_element(
-        By.XPATH, f'.//*[@aria-label="{label}"]').click() or True)
+    """Click the button ``label`` in the consumer's row, once the list shows the row (a consumer
+    registered a moment ago appears at the list's next refresh: looking for its button in no
+    row failed at once, one CI run)."""
+    def go(d: webdriver.Chrome) -> bool:
+        r = row(d, consumer)
+        if r is None:
+            return False
+        r.find_element(By.XPATH, f'.//*[@aria-label="{label}"]').click()
+        return True
+    wait(d, f"button {label!r}", go)
 
 
 def click(d: webdriver.Chrome, label: str) -> None:
