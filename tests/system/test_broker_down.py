@@ -9,8 +9,8 @@ broker and its thread at every failed connect, and every consumer looked for its
 coordinator every ``reconnect.backoff.ms / 2`` (50 ms) whatever the per-broker backoff. The
 adapter sets the backoff to 1 s (``BROKER_DOWN`` in gateway/broker/kafka/clients.py) and keeps
 re-bootstrapping, without which a node never came back from a fenced broker
-(test_broker_fenced.py): measured 38 new threads a second (2.8 % of a core) against ~340 with
-librdkafka's backoff.
+(test_broker_fenced.py): measured 38 new threads a second (~5 % of a core) against ~340 with
+librdkafka's backoff (bench/broker_down.py).
 
 Counts, not CPU: the threads a worker created over a few seconds (thread ids seen in
 /proc/<pid>/task), with the broker's port closed (connects refused, as in the report); and the

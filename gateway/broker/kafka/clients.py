@@ -46,14 +46,15 @@ CLOSE_S = 2.0
 #:   tests/system/test_broker_fenced.py stuck at the 2nd of 3 fencings). Its cost while every
 #:   broker is really down: each failed connect starts a re-bootstrap that replaces the
 #:   bootstrap brokers and their threads (librdkafka issues 5088, 5546). Measured on an idle
-#:   worker pointed at a closed port (20 clients, relay on; 20 s): 38 new threads/s and 2.8 % of
-#:   a core, against 0 and 1.8 % with ``none`` (tests/system/test_broker_down.py bounds it).
+#:   worker pointed at a closed port (20 clients, relay on; bench/broker_down.py, BENCHMARKS.md):
+#:   38 new threads/s and ~5 % of a core, against 0 and ~4 % with ``none``
+#:   (tests/system/test_broker_down.py bounds the threads).
 #: - ``reconnect.backoff.ms``: a consumer (Python's always has a group) looks for its group
 #:   coordinator every ``reconnect.backoff.ms / 2`` (at most 1 s) whatever the per-broker
 #:   backoff: 20 connects/s per client at the default 100 ms, 2/s at 1,000. It is also the first
 #:   pause before reconnecting to a broker that dropped a connection (doubling up to
-#:   ``reconnect.backoff.max.ms``, 10 s). With librdkafka's 100 ms and re-bootstrapping: 338
-#:   new threads/s and 15.6 % of a core in the same measurement.
+#:   ``reconnect.backoff.max.ms``, 10 s). With librdkafka's 100 ms and re-bootstrapping: 337
+#:   new threads/s and ~18 % of a core in the same measurement.
 BROKER_DOWN: dict[str, str | int] = {"metadata.recovery.strategy": "rebootstrap",
                                      "reconnect.backoff.ms": 1000}
 
