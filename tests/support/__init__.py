@@ -180,6 +180,17 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = 30) -> Any:
         time.sleep(0.05)
 
 
+def serves(http: httpx.Client, node: Node, topic: str, group: str) -> bool:
+    """Whether ``node`` produces to ``topic`` and answers a fetch of it (fault tests: the node
+    serves again)."""
+    try:
+        r = http.post(f"{node.url}/produce", json={"topic": topic, "value": "after"})
+        m = http.get(f"{node.url}/message", params={"consumer": group, "topic": topic, "wait_ms": 0})
+    except httpx.HTTPError:
+        return False
+    return r.status_code == 200 and r.json().get("failed") == 0 and m.status_code == 200
+
+
 def registry_topic(redis_url: str, key_prefix: str = "mqgw") -> str:
     """The registry copy's topic of the nodes on this Redis (start_node)."""
     return f"{key_prefix}.registry.{urlparse(redis_url).port}"

@@ -28,7 +28,7 @@ import pytest
 
 from gateway.cli import devstack
 
-from ..support import TEST_BROKER, TLS, Node, start_node, unique, wait_for
+from ..support import TEST_BROKER, TLS, Node, serves, start_node, unique, wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.skipif(
     TEST_BROKER != "kafka" or bool(os.environ.get("KAFKA_BOOTSTRAP")),
@@ -56,7 +56,7 @@ def _fencings(log: str) -> int:
     return Path(log).read_text(errors="replace").count("Fencing broker 2 ")
 
 
-def _broker_serves(bootstrap: str, topic: str) -> bool:
+def _brokerserves(bootstrap: str, topic: str) -> bool:
     """A fresh client's view: the broker is listed and leads the topic's partitions."""
     from confluent_kafka.admin import AdminClient
 
@@ -67,15 +67,6 @@ def _broker_serves(bootstrap: str, topic: str) -> bool:
     tm = md.topics.get(topic)
     return bool(md.brokers) and tm is not None and tm.error is None and bool(tm.partitions) \
         and all(p.leader == 2 for p in tm.partitions.values())
-
-
-def _serves(http: httpx.Client, node: Node, topic: str, group: str) -> bool:
-    try:
-        r = http.post(f"{node.url}/produce", json={"topic": topic, "value": "after"})
-        m = http.get(f"{node.url}/message", params={"consumer": group, "topic": topic, "wait_ms": 0})
-    except httpx.HTTPError:
-        return False
-    return r.status_code == 200 and r.json().get("failed") == 0 and m.status_code == 200
 
 
 class Traffic:
@@ -123,7 +114,7 @@ def test_nodes_serve_again_after_their_broker_was_fenced(split: object, redis_ur
     recoveries: list[float] = []
     try:
         with httpx.Client(timeout=15, verify=TLS) as http:
-            wait_for(lambda: _serves(http, node, topic, group), "the node to serve", timeout=60)
+            wait_for(lambda: serves(http, node, topic, group), "the node to serve", timeout=60)
             traffic = Traffic(node, topic, group)
             try:
                 for _ in range(FENCINGS):
@@ -134,10 +125,10 @@ def test_nodes_serve_again_after_their_broker_was_fenced(split: object, redis_ur
                                  "the controller to fence the broker", timeout=120)
                     finally:
                         os.killpg(split.broker.proc.pid, signal.SIGCONT)
-                    wait_for(lambda: _broker_serves(split.bootstrap, topic),
+                    wait_for(lambda: _brokerserves(split.bootstrap, topic),
                              "the broker to serve again", timeout=120)
                     back = time.monotonic()
-                    while not _serves(http, node, topic, group):
+                    while not serves(http, node, topic, group):
                         waited = time.monotonic() - back
                         assert waited < RECOVERY_S, (
                             f"the node still fails {waited:.0f} s after the broker serves again "
@@ -216,7 +207,7 @@ def test_a_node_whose_broker_hangs_stops_within_10_s(split: object, redis_url: s
     node = start_node(redis_url, split.bootstrap, tmp_path)
     try:
         with httpx.Client(timeout=30, verify=TLS) as http:
-            wait_for(lambda: _serves(http, node, topic, unique("g")), "the node to serve", timeout=60)
+            wait_for(lambda: serves(http, node, topic, unique("g")), "the node to serve", timeout=60)
         os.killpg(split.broker.proc.pid, signal.SIGSTOP)
         try:
             with httpx.Client(timeout=2, verify=TLS) as http:  # work for the clients to hold

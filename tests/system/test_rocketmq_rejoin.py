@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ..support import ON_ROCKETMQ, TLS, Node, start_node, unique, wait_for
+from ..support import ON_ROCKETMQ, TLS, serves, start_node, unique, wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.rocketmq, pytest.mark.slow, pytest.mark.timeout(600),
               pytest.mark.skipif(not ON_ROCKETMQ or bool(os.environ.get("ROCKETMQ_NAMESRV")),
@@ -56,15 +56,6 @@ def _listed(namesrv: str) -> bool:
         return False
 
 
-def _serves(http: httpx.Client, node: Node, topic: str, group: str) -> bool:
-    try:
-        r = http.post(f"{node.url}/produce", json={"topic": topic, "value": "after"})
-        m = http.get(f"{node.url}/message", params={"consumer": group, "topic": topic, "wait_ms": 0})
-    except httpx.HTTPError:
-        return False
-    return r.status_code == 200 and r.json().get("failed") == 0 and m.status_code == 200
-
-
 def test_nodes_serve_again_after_the_broker_left_the_name_server(mq: Any, redis_url: str,
                                                                  tmp_path: Path) -> None:
     from gateway.cli.rocketmq_dist import create_topic
@@ -89,7 +80,7 @@ def test_nodes_serve_again_after_the_broker_left_the_name_server(mq: Any, redis_
 
     try:
         with httpx.Client(timeout=15, verify=TLS) as http:
-            wait_for(lambda: _serves(http, node, topic, group), "the node to serve", timeout=60)
+            wait_for(lambda: serves(http, node, topic, group), "the node to serve", timeout=60)
             t = threading.Thread(target=traffic, daemon=True)
             t.start()
             try:
@@ -102,7 +93,7 @@ def test_nodes_serve_again_after_the_broker_left_the_name_server(mq: Any, redis_
                     os.killpg(mq.broker.pid, signal.SIGCONT)
                 wait_for(lambda: _listed(mq.namesrv), "the broker to register again", timeout=120)
                 back = time.monotonic()
-                while not _serves(http, node, topic, group):
+                while not serves(http, node, topic, group):
                     waited = time.monotonic() - back
                     assert waited < RECOVERY_S, (
                         f"the node still fails {waited:.0f} s after the broker registered again; "
