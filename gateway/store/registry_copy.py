@@ -126,8 +126,10 @@ class RegistryCopyStore:
         return [text(e) for e in got]
 
     async def clear_pending(self, entities: list[str]) -> None:
-        """Drop entities whose copy was sent (a write meanwhile marks its entity again: its
-        send comes after this one, and its own failure marks it anew)."""
+        """Drop entities whose copy was sent. A write of one of them whose own copy fails
+        between the read that was sent and this SREM loses its mark here (its state is then
+        copied at the entity's next write): a window of one round trip, while the broker both
+        takes and refuses copies."""
         if entities:
             await self._redis.srem(self._keys.registry("copy_pending"), *entities)
 
