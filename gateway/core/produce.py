@@ -147,7 +147,7 @@ async def within_produce_timeout(work: Awaitable[T], timeout_ms: int) -> T:
         if not bound.expired():
             raise
         raise BrokerUnavailable(f"the broker did not acknowledge the records within "
-                                f"{timeout_ms / 1000 + PRODUCE_SLACK_S:.0f} s") from None
+                                f"{timeout_ms / 1000 + PRODUCE_SLACK_S:g} s") from None
 
 
 async def produce(broker: Broker, topic: str, messages: list[OutgoingMessage]) -> Produced:
