@@ -136,8 +136,9 @@ class ConsumeService:
         return answer or Fetched(FetchStatus.EMPTY, p.topic)
 
     async def _hand_back(self, p: FetchParams, batches: list[Batch]) -> None:
+        """Give back batches read for this request but never answered (nothing handed out)."""
         for b in batches:
-            await self.unlock(b.request_id, p.credential)
+            await self.release(b.ref or self.decode(b.request_id), p.credential, handed_out=False)
             await self.store.refund(p.consumer, len(b.records))
 
     def retry_topic_made(self, retry: str) -> None:
@@ -196,10 +197,13 @@ class ConsumeService:
     async def unlock(self, request_id: str, credential: Credential | None = None) -> UnlockResult:
         return await self.release(self.decode(request_id), credential)
 
-    async def release(self, ref: BatchRef, credential: Credential | None = None) -> UnlockResult:
-        """Unlock the batch ``ref`` names (a verified requestId)."""
+    async def release(self, ref: BatchRef, credential: Credential | None = None,
+                      handed_out: bool = True) -> UnlockResult:
+        """Unlock the batch ``ref`` names (a verified requestId). ``handed_out``: the batch
+        reached a client, so it comes back flagged ``redelivered``."""
         r = await self.store.unlock(ref.consumer, ref.client_id, ref.topic, ref.queue, ref.token,
-                                    ref.high_watermark, credential)
+                                    ref.high_watermark, credential,
+                                    handed_out_to=ref.next_offset if handed_out else -1)
         if r.result is UnlockOutcome.UNAUTHORIZED:
             raise await self.auth.consume_refused(credential, ref.consumer)
         if r.result is UnlockOutcome.UNLOCKED:  # the batch is up for grabs again

@@ -138,7 +138,7 @@ class Batch:
     offset: int  # the committed offset the batch starts at
     next_offset: int  # the committed offset after a successful ack
     backlog: int  # records not yet committed in this queue, this batch included
-    redelivered: bool  # an earlier holder's lock expired: these were handed out before
+    redelivered: bool  # the batch starts below how far the queue was handed out before
     lock_timeout_ms: int
     records: list[Record]
     skipped: Skipped | None = None  # offsets the broker stepped over before the first record
@@ -180,9 +180,6 @@ class _Try:
 
     p: FetchParams
     skip: set[tuple[str, str]] = field(default_factory=set)  # (topic, queue): nothing readable
-    # queues this request took over from an expired lock: if the first read comes back empty
-    # and the queue is taken again later in the request, its batch is still a redelivery
-    taken_over: set[tuple[str, str]] = field(default_factory=set)
     announced: bool = False
     restored: int = 0
     copy_checked: bool = False  # the registry's copy was looked at (registry_copy.ensure)
@@ -323,10 +320,11 @@ class Fetcher:
         if isinstance(chosen, RateLimited):
             return Fetched(FetchStatus.RATE_LIMITED, p.topic, retry_after_ms=chosen.retry_after_ms)
         if isinstance(chosen, Lock):
-            if chosen.previous_lock_ms > 0:
-                t.taken_over.add((topic, chosen.queue))
+            # Redis remembers how far the queue was handed out, whoever released it since
+            # (choose.lua's rdl): a batch starting below that mark is a redelivery. (An expired
+            # lock counts too when a gateway from before the mark took it.)
             batch = await self._pull(p, topic, chosen,
-                                     redelivered=(topic, chosen.queue) in t.taken_over
+                                     redelivered=chosen.previous_lock_ms > 0
                                      or chosen.committed < chosen.redeliver_below)
             if batch is not None:
                 return Fetched(FetchStatus.OK, p.topic, batch=batch)

@@ -34,6 +34,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import NamedTuple
 
+import orjson
+
 from ..broker import UnknownTopic
 from ..config import Settings
 from ..store import AckOutcome, AckResult, Credential, InstanceGone, OffsetStore, now_ms
@@ -41,7 +43,7 @@ from ..store.instances import BATCH, VERSION, Written, fetched_ms, pending
 from .auth import Authorizer
 from .checkpoint import Checkpoints
 from .consume import ConsumeService
-from .errors import Conflict, denied, invalid, unknown
+from .errors import Conflict, DomainError, denied, invalid, unknown
 from .fetch import Fetched, FetchParams, FetchStatus
 from .names import check_name, check_public_topic, internal_topic_prefixes
 from .registry import Registry, topics_refused
@@ -233,6 +235,9 @@ class InstanceService:
             consumer, "", topics[0], inst.max_records, wait, address, ack_request_id=piggy,
             credential=credential, also_topics=tuple(topics[1:]), max_bytes=max_bytes,
             start=inst.reset))
+        unreadable: DomainError | None = None
+        if got.batch is not None and inst.format is Format.JSON:
+            got, unreadable = self._readable_part(got)
         put: dict[str, str] = {}
         if got.batch is not None:
             ref = got.batch.ref
@@ -254,7 +259,35 @@ class InstanceService:
                 return await self.records(credential, consumer, name, fmt, wait_ms, max_bytes,
                                           address, again=True)
             raise _gone(consumer, name)
+        if unreadable is not None:
+            raise unreadable
         return inst, got
+
+    def _readable_part(self, got: Fetched) -> tuple[Fetched, DomainError | None]:
+        """A json instance's batch cut at its first record that is not JSON (key or value), so
+        that no commit goes past records nobody received (issue 33: a batch with one bad
+        record was answered 422 and then committed whole, losing the valid records after it).
+        Records before the bad one are answered, as a batch ending there; a bad record first is
+        a batch of its own, answered ``422`` (``42203``) and pending like any batch: the next
+        auto-commit fetch (or a commit of everything fetched) goes past it, and only it;
+        uncommitted, it comes back after the lock timeout."""
+        b = got.batch
+        assert b is not None and b.ref is not None
+        bad = next((i for i, r in enumerate(b.records)
+                    if not (_is_json(r.key) and _is_json(r.value))), None)
+        if bad is None:
+            return got, None
+        cut = b.records[bad].offset + 1 if bad == 0 else b.records[bad].offset
+        ref = replace(b.ref, next_offset=cut)
+        batch = replace(b, records=b.records[:max(bad, 1)], next_offset=cut, ref=ref,
+                        request_id=self.consume.codec.encode(ref))
+        if bad:
+            return replace(got, batch=batch), None
+        part = int(b.queue) if b.queue.isdigit() else b.queue
+        return replace(got, batch=batch), invalid(
+            "json_conversion", f"the record at {b.topic} partition {part} offset "
+            f"{b.records[0].offset} is not JSON: read this consumer's records as binary "
+            "(format: binary); the next commit goes past it")
 
     async def commit(self, credential: Credential | None, consumer: str, name: str,
                      offsets: list[tuple[str, str, int]] | None) -> Committed:
@@ -376,3 +409,14 @@ class InstanceService:
 def _gone(consumer: str, name: str) -> Exception:
     return unknown("unknown_instance", f"consumer {consumer!r} has no instance {name!r} (it "
                    "was deleted, or expired after instance_timeout_ms without a call)")
+
+
+def _is_json(v: bytes | None) -> bool:
+    """Whether a json instance can answer this key or value (None is JSON's null)."""
+    if v is None:
+        return True
+    try:
+        orjson.loads(v)
+    except orjson.JSONDecodeError:
+        return False
+    return True

@@ -8,8 +8,10 @@ each have a slot of their own.
 ==========================  ======  =====================================================
 ``P:{G}:q``                 hash    cluster-mode queues: ``topic:queue:max|com|lock|tok|acc|addr``
                                     (and ``rtok``, the last reset's token; ``ckp``, the offset
-                                    last checkpointed to the broker; ``rdl``, batches below it
-                                    are redeliveries after a restore; ``sta``, a start position
+                                    last checkpointed to the broker; ``rdl``, how far the
+                                    queue may have been handed out: batches starting below it
+                                    are redeliveries; ``out``, the end bound of the current
+                                    lock's batch; ``sta``, a start position
                                     a restore in flight is writing to the broker:
                                     core/checkpoint.py),
                                     plus ``poll``
@@ -68,7 +70,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 #: The attributes of one queue in a consumer's queue hash (``topic:queue:<attr>``).
-QUEUE_FIELDS = ("max", "com", "lock", "tok", "acc", "addr", "ckp", "rdl", "sta")
+QUEUE_FIELDS = ("max", "com", "lock", "tok", "acc", "addr", "ckp", "rdl", "out", "sta")
 #: Registry keys (``P:{reg}:<what>``) and alert keys (``P:{alerts}:<what>``).
 RegistryKey = Literal["consumers", "seen_at", "producers", "keys", "version", "copied",
                       "copy_lock", "copy_pending"]

@@ -59,8 +59,9 @@ class Lock:
     timeout_ms: int
     allowance: int  # records this batch may hold: the request, the consumer's cap, the rate limit
     charged: bool = False  # the rate-limit bucket paid for `allowance`: refund what is not read
-    #: Records below this offset may have been delivered before Redis lost the queue (its
-    #: offsets were restored from the broker's checkpoint): a batch below it is a redelivery.
+    #: How far the queue may have been handed out (an expired lock's batch, a batch handed back
+    #: with /unlock, a rewind, a restore from the broker's checkpoint after a Redis loss): a batch
+    #: starting below it is a redelivery.
     redeliver_below: int = 0
 
 
@@ -380,12 +381,17 @@ class OffsetStore:
 
     async def unlock(
         self, consumer: str, client_id: str, topic: str, queue: str, token: int,
-        high_watermark: int = -1, credential: Credential | None = None,
+        high_watermark: int = -1, credential: Credential | None = None, *,
+        handed_out_to: int = -1,
     ) -> UnlockResult:
+        """Free the queue for the next fetch. ``handed_out_to``: the end of the batch the caller
+        received under this lock (its next offset), so that batch comes back flagged
+        ``redelivered``; -1 when nothing was handed out (a read that failed or was empty)."""
         cred = credential or NO_CREDENTIAL
         r = await self._unlock(keys=[self.queues_key(consumer, client_id), self.grants_key(consumer)],
                                args=[f"{topic}:{queue}:", token, high_watermark,
-                                     int(credential is not None), cred.key_id, cred.sha256])
+                                     int(credential is not None), cred.key_id, cred.sha256,
+                                     handed_out_to])
         return UnlockResult(UnlockOutcome(text(r[0])), int(r[1]))
 
     async def extend(

@@ -425,10 +425,12 @@ async def call_any_node(http: httpx.AsyncClient, urls: list[str], method: str, p
 async def consume(urls: list[str], group: str, topic: str, total: int, tally: Tally, *,
                   consumers: int = 10, max_messages: int = 50, client_id: str = "",
                   drop_every: int = 0, deadline_s: float = 120.0, wait_ms: int = 500,
-                  piggyback: bool = True) -> None:
+                  piggyback: bool = True, unlock_every: int = 0) -> None:
     """Run ``consumers`` loops until ``total`` distinct values were seen (or the deadline).
 
-    ``drop_every=N`` makes every Nth batch of a loop vanish without ack (a crashed client).
+    ``drop_every=N`` makes every Nth batch of a loop vanish without ack (a crashed client);
+    ``unlock_every=N`` hands every Nth batch back with ``/unlock`` (a client that cannot take it
+    now), sometimes after its lock ran out.
     """
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline_s
@@ -456,6 +458,13 @@ async def consume(urls: list[str], group: str, topic: str, total: int, tally: Ta
                 n += 1
                 if drop_every and n % drop_every == 0:
                     tally.dropped_batches += 1
+                    continue
+                if unlock_every and n % unlock_every == 0:
+                    if n % (2 * unlock_every) == 0:  # late: the lock has run out meanwhile
+                        await asyncio.sleep(body["lockTimeoutMs"] / 1000 * random.uniform(1.0, 1.5))
+                    u = await call_any_node(http, urls, "POST", "/unlock", tally,
+                                            json={"requestId": body["requestId"]})
+                    tally.ack_results["unlock:" + u.json().get("result", str(u.status_code))] += 1
                     continue
                 if piggyback:
                     pending = body["requestId"]

@@ -93,6 +93,46 @@ def test_at_least_once_with_dropped_batches_and_a_killed_node(node_factory, make
     assert tally.duplicate_not_redelivered == [], tally.duplicate_not_redelivered[:10]
 
 
+@pytest.mark.every_broker
+@pytest.mark.slow  # 4,000 records; dropped and late-unlocked batches wait out 1 s locks: ~20 s
+@pytest.mark.timeout(300)
+def test_every_duplicate_is_flagged_under_unlocks_expiries_and_a_stalled_node(
+        node_factory, make_topic) -> None:
+    """The duplicate audit (issue 33): clients that drop batches (locks expire), hand batches
+    back with /unlock (some after their lock ran out), and a node SIGSTOPped for longer than the
+    lock timeout while it holds requests (the reads it was doing come back after another fetch
+    took their queues). Every value delivered a second time must come in a batch flagged
+    ``redelivered``. Before: each /unlock's batch came back unflagged."""
+    import os
+    import signal
+
+    nodes: list[Node] = [node_factory() for _ in range(3)]
+    api = Api([n.url for n in nodes])
+    topic, group = make_topic(4), unique()
+    api.config(group, start="earliest", consumeTimeoutMs=1000)
+    total = 4_000
+    produce_values(api, topic, [f"m{i}" for i in range(total)])
+    tally = Tally()
+
+    async def run() -> None:
+        task = asyncio.create_task(consume(api.urls, group, topic, total, tally, consumers=8,
+                                           max_messages=25, drop_every=11, unlock_every=5,
+                                           deadline_s=240))
+        while len(tally.seen) < total * 0.3:  # noqa: ASYNC110 - polls a plain counter
+            await asyncio.sleep(0.02)
+        os.kill(nodes[2].proc.pid, signal.SIGSTOP)  # a stall (GC pause, a noisy neighbour)
+        try:
+            await asyncio.sleep(2.5)  # past the 1 s lock timeout
+        finally:
+            os.kill(nodes[2].proc.pid, signal.SIGCONT)
+        await task
+    asyncio.run(run())
+    assert len(tally.seen) == total, f"lost {total - len(tally.seen)} messages"
+    assert tally.ack_results["unlock:unlocked"] > 0, tally.ack_results
+    assert sum(n > 1 for n in tally.seen.values()) > 0  # the audit saw duplicates to judge
+    assert tally.duplicate_not_redelivered == [], tally.duplicate_not_redelivered[:10]
+
+
 @pytest.mark.rocketmq  # also in the RocketMQ pass (issue 22)
 @pytest.mark.slow  # 3 x 3,000 deliveries
 @pytest.mark.timeout(120)
@@ -173,7 +213,8 @@ def test_unlock_redelivers_at_once_and_piggyback_ack(api: Api, make_topic) -> No
     r = api.unlock(a["requestId"], node=1)
     assert r.status_code == 200 and r.json()["result"] == "unlocked"
     b = _fetch(api, 2, consumer=group, topic=topic, max=1)
-    assert [m["value"] for m in b["messages"]] == ["z1"] and b["redelivered"] is False
+    # handed out before: flagged (before issue 33 it came back unflagged)
+    assert [m["value"] for m in b["messages"]] == ["z1"] and b["redelivered"] is True
     assert api.unlock(a["requestId"]).status_code == 409  # a's token is gone
     c = _fetch(api, 1, consumer=group, topic=topic, max=5, requestId=b["requestId"])
     assert c["ack"]["result"] == "committed"

@@ -104,7 +104,8 @@ async def test_unlock_redelivers_at_once_and_piggyback_ack(gw: Gateway, broker: 
     assert a.batch and values(a) == ["z1"]
     assert (await gw.consume.unlock(a.batch.request_id)).result == "unlocked"
     b = await gw.fetch(C, max_messages=1)
-    assert b.batch and values(b) == ["z1"] and not b.batch.redelivered
+    # handed out before: flagged (before issue 33 it came back unflagged)
+    assert b.batch and values(b) == ["z1"] and b.batch.redelivered
     assert (await gw.consume.unlock(a.batch.request_id)).result == "lock_lost"  # a's token is gone
     c = await gw.fetch(C, max_messages=5, ack_request_id=b.batch.request_id)
     assert c.ack is not None and c.ack.result == "committed"
@@ -380,6 +381,82 @@ async def test_a_long_poll_over_several_topics_wakes_for_any_of_them(
     assert got.topic == "b" and values(got) == ["late"]
 
 
+async def test_every_batch_handed_out_again_is_flagged_whoever_released_its_lock(
+        gw: Gateway, broker: MemoryBroker, clock: Clock) -> None:
+    """Issue 33: a batch handed back with /unlock came back unflagged (unlock.lua set lock=0
+    and choose.lua flagged only a takeover of a lock that was set), and so did a batch whose
+    lock expired, nobody took it, and a late /unlock then freed it. Each queue now remembers how
+    far it was handed out (rdl), and every batch starting below it is flagged."""
+    produce(broker, 1, *[f"v{i}" for i in range(5)])
+    first = await gw.fetch(C)
+    assert first.batch and values(first) == [f"v{i}" for i in range(5)] and not first.batch.redelivered
+    assert (await gw.consume.unlock(first.batch.request_id)).result == "unlocked"
+    again = await gw.fetch(C)
+    assert again.batch and values(again) == values(first) and again.batch.redelivered
+    # the lock runs out, nobody takes the queue, a late /unlock frees it: still flagged
+    clock.advance(2_000)
+    assert (await gw.consume.unlock(again.batch.request_id)).result == "unlocked"
+    third = await gw.fetch(C)
+    assert third.batch and values(third) == values(first) and third.batch.redelivered
+    # a shorter batch after the unlock, acked: the rest of what was handed out is still flagged
+    assert (await gw.consume.unlock(third.batch.request_id)).result == "unlocked"
+    short = await gw.fetch(C, max_messages=2)
+    assert short.batch and values(short) == ["v0", "v1"] and short.batch.redelivered
+    assert (await gw.consume.ack(short.batch.request_id)).result == "committed"
+    rest = await gw.fetch(C, max_messages=2)
+    assert rest.batch and values(rest) == ["v2", "v3"] and rest.batch.redelivered
+    assert (await gw.consume.ack(rest.batch.request_id)).result == "committed"
+    last = await gw.fetch(C)
+    assert last.batch and values(last) == ["v4"] and last.batch.redelivered
+    assert (await gw.consume.ack(last.batch.request_id)).result == "committed"
+    # past everything handed out: new records come unflagged
+    produce(broker, 1, "n0")
+    new = await gw.fetch(C, wait_ms=3_000)  # (the watermark copy catches up)
+    assert new.batch and values(new) == ["n0"] and not new.batch.redelivered
+
+
+async def test_a_takeover_whose_read_fails_leaves_the_next_batch_flagged(
+        gw: Gateway, broker: MemoryBroker, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33: the fetch that took over an expired lock gave it back when its read failed
+    (core/fetch.py), and the knowledge of the takeover lived only in that request: the next
+    fetch, on any node, handed the expired batch out again unflagged (32-192 records per
+    20,000 under load, "always the last batch on a partition, 3-5 s later")."""
+    produce(broker, 1, "a", "b", "c")
+    first = await gw.fetch(C, max_messages=2)
+    assert first.batch and values(first) == ["a", "b"] and not first.batch.redelivered
+    clock.advance(2_000)  # its lock expires, never acked
+
+    async def failing_fetch(*a: Any) -> Any:
+        raise BrokerUnavailable("broker down")
+
+    with monkeypatch.context() as m:
+        m.setattr(broker, "fetch", failing_fetch)
+        with pytest.raises(BrokerUnavailable):
+            await gw.fetch(C)  # takes the expired lock over, reads nothing, gives it back
+    again = await gw.fetch(C, max_messages=1)  # a fresh request: nothing remembered on the node
+    assert again.batch and values(again) == ["a"] and again.batch.redelivered
+    assert (await gw.consume.ack(again.batch.request_id)).result == "committed"
+    rest = await gw.fetch(C, max_messages=1)  # "b" was in the expired batch too
+    assert rest.batch and values(rest) == ["b"] and rest.batch.redelivered
+
+
+async def test_a_read_that_handed_nothing_out_raises_no_flag(
+        gw: Gateway, broker: MemoryBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other side of the mark: a lock whose read failed (or a batch read for a poll that
+    answered from elsewhere) handed nothing out, so what follows is not flagged."""
+    produce(broker, 1, "a")
+
+    async def failing_fetch(*a: Any) -> Any:
+        raise BrokerUnavailable("broker down")
+
+    with monkeypatch.context() as m:
+        m.setattr(broker, "fetch", failing_fetch)
+        with pytest.raises(BrokerUnavailable):
+            await gw.fetch(C)
+    got = await gw.fetch(C)
+    assert got.batch and values(got) == ["a"] and not got.batch.redelivered
+
+
 async def test_batches_locked_at_once_on_several_topics_are_handed_back_but_one(
         make_gateway: Any, broker: MemoryBroker) -> None:
     """Both long polls find records in the same instant: one batch is answered, the other
@@ -398,7 +475,8 @@ async def test_batches_locked_at_once_on_several_topics_are_handed_back_but_one(
     # A long poll: the other topic's watermark copy may not have seen its record yet (it is
     # refreshed every metadata_refresh_ms; the first answer came from the other topic's copy).
     second = await gw.fetch(C, topic=other, wait_ms=5_000)
-    assert second.batch is not None and second.topic == other
+    # handed back unanswered: nothing of it reached a client, so it is not a redelivery
+    assert second.batch is not None and second.topic == other and not second.batch.redelivered
 
 
 async def test_a_poll_choosing_when_another_topic_answers_is_not_cut_mid_choose(

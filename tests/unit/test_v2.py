@@ -206,6 +206,41 @@ async def test_a_json_instance_refuses_a_record_that_is_not_json(
     assert error(r) == (422, 42203, "json_conversion")
 
 
+@pytest.mark.parametrize("bad", [0, 4, 9])  # first, in the middle, last
+@pytest.mark.parametrize("auto_commit", [True, False])
+async def test_a_record_that_is_not_json_is_skipped_alone(
+        nodes: Nodes, broker: MemoryBroker, bad: int, auto_commit: bool) -> None:
+    """Issue 33: a batch holding one non-JSON record was answered 422, and the next auto-commit
+    fetch (or a commit with no body) then committed the whole batch: the valid records after
+    the bad one were never delivered. Now the records before it are answered, the bad one is a
+    422 of its own, and a commit goes past it alone (docs/rest-v2.md)."""
+    broker.create("t", 1)
+    for i in range(10):
+        broker.append("t", "0", "not json {" if i == bad else str(i))
+    name = f"i{bad}{auto_commit}"
+    await nodes.post("/consumers/g", {"name": name, "format": "json",
+                                      "auto.commit.enable": auto_commit})
+    path = f"/consumers/g/instances/{name}"
+    await nodes.post(path + "/subscription", {"topics": ["t"]})
+    got: list[Any] = []
+    refused = 0
+    for _ in range(6):
+        r = await nodes.get(path + "/records", params={"timeout": 0}, headers={"accept": JSON_V2})
+        if r.status_code == 422:
+            assert error(r) == (422, 42203, "json_conversion") and f"offset {bad}" in r.text
+            refused += 1
+        else:
+            assert r.status_code == 200, r.text
+            got += [g["value"] for g in r.json()]
+        if not auto_commit:
+            c = await nodes.post(path + "/offsets")  # every batch fetched (the bad one too)
+            assert c.status_code in (200, 204), c.text
+    assert got == [i for i in range(10) if i != bad] and refused == 1
+    committed = (await nodes.get(path + "/offsets", headers={"content-type": V2}, content=orjson.dumps(
+        {"partitions": [{"topic": "t", "partition": 0}]}))).json()
+    assert committed["offsets"][0]["offset"] == 10, committed
+
+
 async def test_an_instance_subscribed_to_several_topics(nodes: Nodes, broker: MemoryBroker) -> None:
     broker.create("a", 1)
     broker.create("b", 1)

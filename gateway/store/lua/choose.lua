@@ -15,15 +15,16 @@
 -- ARGV[16..] triples: queue id, low watermark, high watermark
 --
 -- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr
--- (and t:q:ckp, t:q:rdl: core/checkpoint.py),
+-- (and t:q:ckp: core/checkpoint.py; t:q:rdl, how far the queue may have been handed out, and
+-- t:q:out, the bound of the current lock's batch: see below),
 -- and once per hash  poll  (the time of the last accepted /message).
 -- max never goes down; com starts at the latest (or earliest) offset; a lock is free when 0 or older
 -- than the consume timeout; every lock increments tok so stale acks can be told apart.
 -- Returns one of (the first element is store/offsets.py's Chosen; a refusal's reason, Refusal)
 --   {1, queue, committed, token, max, previous_lock_ms, timeout, allowance, charged, rdl}  a
 --        queue was locked; allowance is how many records the caller may read (batch caps and the
---        rate limit); charged is 1 when the rate-limit bucket was charged the allowance; records
---        below rdl may have been delivered before Redis lost the queue (restore.lua; 0: none)
+--        rate limit); charged is 1 when the rate-limit bucket was charged the allowance; a batch
+--        starting below rdl may hold records handed out before: it is flagged redelivered
 --   {0, next_wake_ms | -1}   nothing to lock now
 --   {2}                      paused
 --   {3, reason}              refused: unauthorized | unregistered | topic_not_allowed |
@@ -136,6 +137,18 @@ end
 local p = topic .. ':' .. best .. ':'
 seed_token(key, p .. 'tok')  -- the first token of a queue comes from the clock (prelude)
 local tok = redis.call('HINCRBY', key, p .. 'tok', 1)
-redis.call('HSET', key, p .. 'lock', now, p .. 'acc', now, p .. 'addr', ARGV[5])
-local rdl = tonumber(redis.call('HGET', key, p .. 'rdl')) or 0  -- restore.lua's mark, if any
+-- The handed-out mark (rdl): batches starting below it may hold records handed out before.
+-- An expired lock's batch was handed out, and nobody said how far: up to its bound `out` (the
+-- allowance it was granted; com + 1 for a lock taken by a gateway before `out`), so the mark
+-- rises to it, whatever happens to this lock next (a read that fails and gives it back keeps the
+-- mark). /unlock raises it to the batch's end (unlock.lua), a rewind to the old position
+-- (reset.lua), a restore to the log's end (restore.lua).
+local m = redis.call('HMGET', key, p .. 'rdl', p .. 'out')
+local rdl = tonumber(m[1]) or 0
+if best_lock > 0 then
+  local handed = math.max(tonumber(m[2]) or 0, best_com + 1)
+  if handed > rdl then rdl = handed end
+end
+redis.call('HSET', key, p .. 'lock', now, p .. 'acc', now, p .. 'addr', ARGV[5], p .. 'out',
+           best_com + allowance, p .. 'rdl', rdl)
 return {1, best, best_com, tok, best_max, best_lock, timeout, allowance, charged, rdl}
