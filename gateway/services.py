@@ -29,7 +29,7 @@ from .core.deadletters import CURSOR_CONSUMER, DeadLetters
 from .core.delay import DelayService
 from .core.instances import InstanceService
 from .core.nack import NackService
-from .core.names import internal_topic_prefixes
+from .core.names import InternalTopics
 from .core.produce import ProduceGate
 from .core.registry import Registry
 from .core.registry_copy import RegistryCopy
@@ -69,6 +69,8 @@ class Services:
     instances: InstanceService
     #: None: this process does not relay (``relay = false``, or the broker delays natively).
     relay: Relay | None = None
+    #: Topics nobody may name through the API: the gateway's own and the broker's.
+    internal: InternalTopics = field(default_factory=InternalTopics)
     #: What :func:`close_services` undoes, last opened first.
     _stack: AsyncExitStack = field(default_factory=AsyncExitStack, repr=False)
 
@@ -126,8 +128,9 @@ async def _open(settings: Settings, stack: AsyncExitStack, given_broker: Broker 
     consume = ConsumeService(settings, store, b, wm, RequestIdCodec(settings.hmac_key), auth,
                              on_ack=lambda r: metrics.acked(r.result.value),
                              checkpoints=checkpoints, registry_copy=copy)
-    registry = Registry(store, settings, checkpoints)
-    gate = ProduceGate(store, settings.open_mode, internal=internal_topic_prefixes(settings))
+    internal = InternalTopics.of(settings, b.owns_topic)
+    registry = Registry(store, settings, checkpoints, internal)
+    gate = ProduceGate(store, settings.open_mode, internal=internal)
     delay = DelayService(settings, store, b)
     stack.push_async_callback(delay.close)
     relay = Relay(settings, store, b, wm, delay, metrics.delay_moved, checkpoints) \
@@ -137,7 +140,7 @@ async def _open(settings: Settings, stack: AsyncExitStack, given_broker: Broker 
                  DeadLetters(settings, store, b, wm, checkpoints), TopicService(settings, b, wm),
                  copy, AlertMonitor(settings, store, b, registry),
                  InstanceService(settings, store, consume, auth, registry, checkpoints),
-                 relay, stack)
+                 relay, internal, stack)
 
     if serve:
         await copy.start()  # a Redis that lost the registry gets it back before this serves

@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from ..core import reset as reset_offsets
 from ..core.errors import invalid, unknown
-from ..core.names import check_name, check_public_topic, internal_topic_prefixes
+from ..core.names import check_name, check_public_topic
 from ..ops import backlog
 from ..store import now_ms
 from .access import route
@@ -94,7 +94,7 @@ async def reset_route(request: Request) -> Response:
     body = await object_body(request)
     cfg, created = await gw.registry.writable(consumer)  # 404 for an unknown name comes first
     req = reset_request(body)
-    check_public_topic(req.topic, internal_topic_prefixes(gw.settings))
+    check_public_topic(req.topic, gw.internal)
     result = await reset_offsets.reset(gw.store, gw.broker, consumer, req, cfg,
                                        gw.settings.client_idle_ms, gw.checkpoints)
     return JSON({**reset_body(result),

@@ -15,7 +15,7 @@ from ..config import Settings
 from ..core.errors import invalid
 from ..core.fetch import Fetched, FetchParams, FetchStatus, parse_tag_filter
 from ..core.nack import Failed
-from ..core.names import check_name, check_public_topic, internal_topic_prefixes
+from ..core.names import InternalTopics, check_name, check_public_topic
 from ..core.retry import attempt_of
 from ..core.views import QueueRow
 from ..store import (
@@ -45,8 +45,8 @@ ACK_PARAMS = frozenset({"requestId", "failed"})
 NACK_PARAMS = frozenset({"requestId", "failed", "delayMs"})
 
 
-def fetch_request(p: Params, s: Settings, address: str,
-                  credential: Credential | None) -> tuple[FetchParams, str]:
+def fetch_request(p: Params, s: Settings, address: str, credential: Credential | None,
+                  internal: InternalTopics) -> tuple[FetchParams, str]:
     """``/message``'s parameters: what to fetch, and the encoding of the answer's records."""
     encoding = p.get("encoding")
     if encoding is None:
@@ -58,7 +58,7 @@ def fetch_request(p: Params, s: Settings, address: str,
         rid = ""
     if not isinstance(rid, str):
         raise invalid("invalid_request_id", "requestId must be a string")
-    topics = fetch_topics(p.get("topic"), internal_topic_prefixes(s))
+    topics = fetch_topics(p.get("topic"), internal)
     return FetchParams(
         consumer=check_name(p.get("consumer"), "consumer"),
         client_id=check_name(p.get("clientId"), "clientId", required=False),
@@ -74,7 +74,7 @@ def fetch_request(p: Params, s: Settings, address: str,
     ), encoding
 
 
-def fetch_topics(v: Any, internal: tuple[str, ...]) -> tuple[str, ...]:
+def fetch_topics(v: Any, internal: InternalTopics) -> tuple[str, ...]:
     """``topic``: one name, or several separated by commas (one spelling in a query string and
     a body); each a public topic, none twice, at most :data:`MAX_FETCH_TOPICS`."""
     if not isinstance(v, str) or "," not in v:

@@ -121,7 +121,7 @@ async def message_route(request: Request) -> Response:
     gw = services(request)
     credential = api_credential(request)
     fetch, encoding = fetch_request(await params(request, FETCH_PARAMS), gw.settings,
-                                    client_address(request), credential)
+                                    client_address(request), credential, gw.internal)
     f = await gw.consume.fetch(fetch)  # a piggy-backed ack is counted by ConsumeService.on_ack
     metrics.fetched(f.status.value, f.count, bool(f.batch and f.batch.redelivered))
     body = fetched_body(f, gw.broker.name, encoding, fetch.topics)

@@ -233,6 +233,11 @@ class Broker(ABC):
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Connect long-lived clients."""
 
+    def owns_topic(self, topic: str) -> bool:
+        """Whether ``topic`` (a gateway spelling) is the broker's own, or would collide with
+        one: nobody may name it through the API (core/names.py ``InternalTopics``)."""
+        return False
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Flush and release clients."""
 

@@ -34,6 +34,11 @@ from .partitioner import partition_for_key
 class MemoryBroker(Broker):
     capabilities = frozenset({Capability.OUT_OF_RETENTION, Capability.OFFSET_CHECKPOINT})
 
+    def owns_topic(self, topic: str) -> bool:
+        """The stand-in broker keeps ``__``-named topics for itself, so the rule that refuses
+        a broker's own topics everywhere is exercised in process."""
+        return topic.startswith("__")
+
     def __init__(self, name: str = "memory", topics: dict[str, int] | None = None,
                  tags: bool = False) -> None:
         """``tags``: records carry tags and reads filter them (as RocketMQ's do)."""

@@ -19,7 +19,7 @@ from ..config import Settings
 from ..store import Lock, NeedsRestore, NoQueue, OffsetStore
 from .checkpoint import Checkpoints
 from .errors import invalid
-from .names import INTERNAL_PREFIX, internal_topic_prefixes, is_internal_topic
+from .names import INTERNAL_PREFIX, InternalTopics
 from .produce import produce
 from .retry import (
     H_ATTEMPT,
@@ -195,10 +195,10 @@ class DeadLetters:
         retry topic of the consumer (and clientId) that failed it; how many were sent (a record
         no nack wrote names no origin: it is passed over)."""
         by_topic: dict[str, list[OutgoingMessage]] = {}
-        internal = internal_topic_prefixes(self.settings)
+        internal = InternalTopics.of(self.settings, self.broker.owns_topic)
         for r in records:
             origin = header(r, H_ORIGIN_TOPIC)
-            if origin is None or is_internal_topic(origin, internal):
+            if origin is None or origin in internal:
                 continue  # not written by a nack (or forged): nowhere to send it back to
             own = [(n, v) for n, v in r.headers if n not in OWN_HEADERS]
             if target is RedriveTarget.TOPIC:  # a new write: the broker's time, as for retries

@@ -45,7 +45,7 @@ from .checkpoint import Checkpoints
 from .consume import ConsumeService
 from .errors import Conflict, DomainError, denied, invalid, unknown
 from .fetch import Fetched, FetchParams, FetchStatus
-from .names import check_name, check_public_topic, internal_topic_prefixes
+from .names import InternalTopics, check_name, check_public_topic
 from .registry import Registry, topics_refused
 from .requestid import BatchRef
 from .reset import ResetRequest, reset
@@ -131,7 +131,7 @@ class InstanceService:
         self.consume = consume
         self.auth = authorizer
         self.ttl_ms = settings.instance_timeout_ms
-        self.internal = internal_topic_prefixes(settings)
+        self.internal = InternalTopics.of(settings, consume.broker.owns_topic)
         #: The settings of instances this process served, so that their ``records`` cost no
         #: read of the instance: the write after the fetch says whether they still hold
         #: (lua/instance.lua: gone, or another version). With auto-commit, the commit of the

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
@@ -28,27 +30,48 @@ def internal_topic_prefixes(settings: Settings) -> tuple[str, ...]:
                              settings.registry_copy_topic()) if p)
 
 
-#: The broker's own topics: Kafka's ``__consumer_offsets``, ``__transaction_state``,
-#: ``__share_group_state``, ``__cluster_metadata`` (``__`` is Kafka's prefix for them).
-BROKER_INTERNAL_PREFIX = "__"
+def _folded(name: str) -> str:
+    """A topic name as collisions see it: Kafka takes ``.`` and ``_`` for one character (its
+    metric names do), and a case-insensitive file system (or an operator) takes ``MQGW`` for
+    ``mqgw``: a user's ``mqgw_delay_l0`` or ``MQGW.delay.l0`` would block the gateway's own
+    ``mqgw.delay.l0`` when the wheel made it later."""
+    return name.lower().replace(".", "_")
 
 
-def is_internal_topic(topic: str, prefixes: tuple[str, ...]) -> bool:
+def _nothing(topic: str) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class InternalTopics:
     """The one rule for topics nobody may name through the API: the gateway's own (``prefixes``,
-    from :func:`internal_topic_prefixes`: written only with the wheel's headers, which a record
-    from elsewhere lacks, so the relay drops it) and the broker's own."""
-    return topic.startswith((*prefixes, BROKER_INTERNAL_PREFIX))
+    from :func:`internal_topic_prefixes`, compared folded (:func:`_folded`): written only with
+    the wheel's headers, which a record from elsewhere lacks, so the relay drops it) and the
+    broker's own (``broker``: :meth:`Broker.owns_topic`, whose rules only its adapter knows:
+    Kafka's ``__consumer_offsets``, RocketMQ's timer log ``rmq_sys_wheel_timer``, which holds
+    every pending timer record of every topic)."""
+
+    prefixes: tuple[str, ...] = ()
+    broker: Callable[[str], bool] = _nothing
+
+    @classmethod
+    def of(cls, settings: Settings, broker: Callable[[str], bool] = _nothing) -> InternalTopics:
+        return cls(tuple(_folded(p) for p in internal_topic_prefixes(settings)), broker)
+
+    def __contains__(self, topic: object) -> bool:
+        return isinstance(topic, str) and (_folded(topic).startswith(self.prefixes)
+                                           or self.broker(topic))
 
 
-def check_public_topic(v: Any, prefixes: tuple[str, ...]) -> str:
-    """A topic name (:func:`check_topic`) that is not internal (:func:`is_internal_topic`):
+def check_public_topic(v: Any, internal: InternalTopics) -> str:
+    """A topic name (:func:`check_topic`) that is not internal (:class:`InternalTopics`):
     ``403 internal_topic`` wherever a topic is named, to produce, fetch, register, dead-letter,
     reset or redrive to."""
     topic = check_topic(v)
-    if is_internal_topic(topic, prefixes):
+    if topic in internal:
         raise denied("internal_topic", f"topic {topic!r} is one of the gateway's own (delay "
-                     "levels, retry topics) or the broker's ('__…'): name the record's own "
-                     "topic (with delayMs or deliverAt for a delay)")
+                     "levels, retry topics, or a name that collides with them) or the broker's: "
+                     "name the record's own topic (with delayMs or deliverAt for a delay)")
     return topic
 
 

@@ -22,7 +22,7 @@ from ..broker import (
 )
 from ..store import Credential, OffsetStore, ProduceVerdict
 from .errors import denied, invalid, unauthenticated
-from .names import check_public_topic
+from .names import InternalTopics, check_public_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +54,13 @@ class ProduceGate:
     Refusals are not cached: they cost the call each time, as before (and a flood of bad keys
     cannot fill the cache)."""
 
-    def __init__(self, store: OffsetStore, open_mode: bool, internal: tuple[str, ...] = ()) -> None:
+    def __init__(self, store: OffsetStore, open_mode: bool,
+                 internal: InternalTopics | None = None) -> None:
         self.store = store
         self.open_mode = open_mode
-        #: Prefixes of the gateway's own topics (delay levels, retry topics), which only the
-        #: gateway writes: a record produced there by hand would bypass the wheel's headers.
-        self.internal = tuple(p for p in internal if p)
+        #: The gateway's own topics (delay levels, retry topics), which only the gateway writes
+        #: (a record produced there by hand would bypass the wheel's headers), and the broker's.
+        self.internal = internal or InternalTopics()
         self.live = False  # change notices are arriving: the cache may be used
         self._generation = 0
         self._allowed: dict[tuple[str, str, str, str], float] = {}

@@ -18,7 +18,7 @@ from ..config import Settings
 from ..store import OffsetStore, now_ms
 from .checkpoint import Checkpoints
 from .errors import invalid, unknown
-from .names import INTERNAL_PREFIX, check_public_topic, internal_topic_prefixes
+from .names import INTERNAL_PREFIX, InternalTopics, check_public_topic
 from .retry import check_policy_fields
 
 #: Unregistered (open-mode) consumers listed in views, alert evaluations and metrics: the most
@@ -55,8 +55,11 @@ class DeleteResult:
 
 class Registry:
     def __init__(self, store: OffsetStore, settings: Settings,
-                 checkpoints: Checkpoints | None = None) -> None:
+                 checkpoints: Checkpoints | None = None,
+                 internal: InternalTopics | None = None) -> None:
         self.store = store
+        #: Topics no registration may name (the gateway's and the broker's own).
+        self.internal = internal or InternalTopics.of(settings)
         self.checkpoints = checkpoints
         self.records = store.registry
         self.settings = settings
@@ -84,7 +87,7 @@ class Registry:
     def _check(self, given: dict[str, str | None], merged: dict[str, str]) -> None:
         """The rules across fields, on the hash as it will be (``merged``); topics only where
         ``given`` names them (a registration kept from before is not refused for them)."""
-        internal = internal_topic_prefixes(self.settings)
+        internal = self.internal
         for t in (given.get("topics") or "").split(","):
             if t:
                 check_public_topic(t, internal)
@@ -188,7 +191,7 @@ class Registry:
     # its topics): the store's format, kept as it was written by earlier versions.
     async def put_producer(self, name: str, topics: list[str]) -> tuple[ProducerRecord, bool]:
         for t in topics:
-            check_public_topic(t, internal_topic_prefixes(self.settings))
+            check_public_topic(t, self.internal)
         old = await self.get_producer(name, missing_ok=True)
         now = now_ms()
         rec = ProducerRecord(name, topics, old.created_ms if old else now, now)

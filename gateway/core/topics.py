@@ -4,12 +4,13 @@ A gateway deployment needs its topics made before anything is produced, and the 
 refuses to create them implicitly (a typo in ``/produce`` must not make a topic). This is the
 way to look at them and to make them without a Kafka tool.
 
-Whose a topic is decides whether a listing shows it (the rule is :func:`.names.is_internal_topic`,
+Whose a topic is decides whether a listing shows it (the rule is :class:`.names.InternalTopics`,
 the one ``/produce``'s ``403 internal_topic`` follows):
 - the gateway's own (the delay wheel's levels and the consumers' retry topics) carry records in
   a form only the gateway reads; they are hidden, and cannot be created here;
-- the broker's own (Kafka's ``__consumer_offsets``; an adapter may flag others,
-  :attr:`TopicInfo.internal`) are hidden too, and cannot be created here either;
+- the broker's own (Kafka's ``__consumer_offsets``, RocketMQ's ``rmq_sys_wheel_timer``: each
+  adapter's :meth:`Broker.owns_topic` and :attr:`TopicInfo.internal`) are hidden too, and
+  cannot be created here either;
 - dead-letter topics (``mqgw.dead.<consumer>`` or the one a retry policy names) are not
   internal: the gateway writes them, but they hold the user's records as they were, operators
   read them and consumers may consume them.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from ..broker import Broker, QueueInfo, TopicExists, TopicInfo, TopicRefused
 from ..config import Settings
 from .errors import Conflict, denied, invalid
-from .names import check_topic, internal_topic_prefixes, is_internal_topic
+from .names import InternalTopics, check_topic
 from .watermarks import Watermarks
 
 #: More partitions than this in one request is taken for a typo: each costs the brokers files,
@@ -50,12 +51,12 @@ class Topic:
 class TopicService:
     def __init__(self, settings: Settings, broker: Broker, watermarks: Watermarks | None = None) -> None:
         self.broker = broker
-        self.internal = internal_topic_prefixes(settings)
+        self.internal = InternalTopics.of(settings, broker.owns_topic)
         self.watermarks = watermarks
 
     def _view(self, info: TopicInfo) -> Topic:
         return Topic(info.name, info.queues,
-                     info.internal or is_internal_topic(info.name, self.internal))
+                     info.internal or info.name in self.internal)
 
     async def list(self, include_internal: bool = False) -> list[Topic]:
         """Every topic (the internal ones only with ``include_internal``), sorted by name."""
@@ -71,10 +72,10 @@ class TopicService:
         """Create a topic and answer it as :meth:`describe` does, once every partition serves.
         ``replication`` None: the broker's default."""
         check_topic(name)
-        if is_internal_topic(name, self.internal):
+        if name in self.internal:
             raise denied("internal_topic", f"topic {name!r} would be one of the gateway's own "
-                         "(delay levels, retry topics, made by the gateway when needed) or "
-                         "the broker's ('__…')")
+                         "(delay levels, retry topics, made by the gateway when needed), or "
+                         "collide with one, or be the broker's")
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise invalid("invalid_partitions", f"partitions must be an integer from 1 to "
                           f"{MAX_PARTITIONS}", min=1, max=MAX_PARTITIONS)

@@ -39,6 +39,38 @@ def test_every_listener_is_on_loopback(rocketmq: Any) -> None:
 
 
 @pytest.mark.timeout(120)
+def test_the_brokers_own_topics_are_refused_on_every_route(api: Api) -> None:
+    """Issue 33: ``/produce`` to ``rmq_sys_wheel_timer`` (the timer log, holding every pending
+    timer record of every topic) was written, and ``/message`` on it and on the other system
+    topics answered 200: any consumer could read every delayed record. Each is now
+    ``403 internal_topic`` wherever a topic is named, as Kafka's ``__`` topics are."""
+    cluster = api.http.get(api.url("/admin/topics"), params={"internal": "true"}).json()
+    names = {t["name"] for t in cluster["topics"]}
+    assert "rmq_sys_wheel_timer" in names or "SCHEDULE_TOPIC_XXXX" in names, sorted(names)
+    from gateway.cli.rocketmq_dist import BROKER_NAME, CLUSTER
+
+    system = ["rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
+              "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC", "BenchmarkTest", "TBW102", BROKER_NAME,
+              CLUSTER, *sorted(n for n in names if n.startswith("rmq_sys_REVIVE_LOG_"))]
+    g = unique()
+    api.config(g, start="earliest")
+
+    def refused(r: httpx.Response) -> None:
+        assert r.status_code == 403, r.text
+        assert "internal_topic" in r.text, r.text
+
+    for t in system:
+        refused(api.http.post(api.url("/produce"), json={"topic": t, "value": "x"}))
+        refused(api.message(consumer=g, topic=t))
+        refused(api.http.put(api.url(f"/admin/producers/{unique('p')}"), json={"topics": [t]}))
+        refused(api.http.patch(api.url(f"/admin/consumers/{g}"),
+                               json={"retry": {"deadLetterTopic": t}}))
+        refused(api.http.post(api.url("/admin/topics"), json={"name": t, "partitions": 1}))
+        refused(api.http.post(api.url(f"/topics/{t}"), json={"records": [{"value": "eA=="}]},
+                              headers={"content-type": "application/vnd.kafka.binary.v2+json"}))
+
+
+@pytest.mark.timeout(120)
 def test_a_tag_filter_gets_its_tags_and_commits_past_the_rest(api: Api,
                                                               make_topic: Callable[..., str]) -> None:
     topic, g = make_topic(1), unique()

@@ -58,7 +58,7 @@ def test_service_hides_internal_topics_and_refuses_bad_creates() -> None:
             with pytest.raises(Invalid) as bad:
                 await svc.create(name, parts, repl)
             assert bad.value.code == code, (name, parts, repl)
-        for name in ("mqgw.delay.5ms", "mqgw.retry.x", "__x"):
+        for name in ("mqgw.delay.5ms", "mqgw.retry.x", "__x", "mqgw_delay_l0", "MQGW.delay.l0"):
             with pytest.raises(Forbidden) as internal:
                 await svc.create(name, 1, None)
             assert internal.value.code == "internal_topic"
@@ -145,6 +145,11 @@ def test_internal_topics_are_listed_only_when_asked_for(api: Api, bootstrap: str
     ({"name": "mqgw.delay.1ms", "partitions": 1}, 403, "internal_topic"),
     ({"name": "mqgw.retry.g.t.x", "partitions": 1}, 403, "internal_topic"),
     ({"name": "__mine", "partitions": 1}, 403, "internal_topic"),
+    # names that collide with the gateway's own or Kafka's (issue 33: accepted before, they
+    # could then block the level topic the wheel makes later)
+    ({"name": "mqgw_delay_l0", "partitions": 1}, 403, "internal_topic"),
+    ({"name": "MQGW.delay.l0", "partitions": 1}, 403, "internal_topic"),
+    ({"name": "_.mine", "partitions": 1}, 403, "internal_topic"),
     ([], 400, "invalid_body"),
 ])
 def test_bad_creates_are_refused(api: Api, body: Any, status: int, code: str) -> None:

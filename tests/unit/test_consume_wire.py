@@ -147,9 +147,10 @@ def test_retry_delays() -> None:
 def test_a_fetch_names_one_topic_or_several() -> None:
     from gateway.api.consume_wire import MAX_FETCH_TOPICS, fetch_topics
     from gateway.core.errors import DomainError
-    assert fetch_topics("a", ()) == ("a",)
-    assert fetch_topics("a,b", ()) == ("a", "b")
+    from gateway.core.names import InternalTopics
+    assert fetch_topics("a", InternalTopics()) == ("a",)
+    assert fetch_topics("a,b", InternalTopics()) == ("a", "b")
     for bad in ("a,", "a,a", ["a", "b"], ",".join(f"t{i}" for i in range(MAX_FETCH_TOPICS + 1)),
                 "a,_mqgw.retry.x"):
         with pytest.raises(DomainError):
-            fetch_topics(bad, ("_mqgw",))
+            fetch_topics(bad, InternalTopics(("_mqgw",)))

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.broker.memory import MemoryBroker
 from gateway.config import Settings
 from gateway.core import b64url
 from gateway.core.errors import Forbidden, Invalid
 from gateway.core.names import (
+    InternalTopics,
     check_name,
     check_public_topic,
     check_topic,
-    internal_topic_prefixes,
-    is_internal_topic,
 )
 
 
@@ -49,14 +49,37 @@ def test_topics() -> None:
         with pytest.raises(Invalid) as e:
             check_topic(bad)
         assert e.value.code == code
-    prefixes = internal_topic_prefixes(Settings())
-    assert is_internal_topic("mqgw.delay.100ms", prefixes)
-    assert is_internal_topic("mqgw.retry.g.t.0123456789", prefixes)
-    assert is_internal_topic("__consumer_offsets", prefixes)
-    assert not is_internal_topic("orders", prefixes)
+    internal = InternalTopics.of(Settings(), MemoryBroker().owns_topic)
+    assert "mqgw.delay.100ms" in internal
+    assert "mqgw.retry.g.t.0123456789" in internal
+    assert "__consumer_offsets" in internal  # the broker's (the memory broker keeps '__')
+    assert "orders" not in internal and "mqgw" not in internal
+    # names that would collide with the gateway's own (issue 33): '.' and '_' one, any case
+    for collides in ("mqgw_delay_l0", "MQGW.delay.l0", "Mqgw_Retry.g", "mqgw_registry"):
+        assert collides in internal, collides
     with pytest.raises(Forbidden) as f:
-        check_public_topic("mqgw.registry", prefixes)
+        check_public_topic("mqgw.registry", internal)
     assert f.value.code == "internal_topic"
+
+
+def test_each_broker_names_its_own_topics() -> None:
+    """Issue 33: on RocketMQ the timer log (every pending timer record of every topic) and the
+    other system topics were open to /produce and /message; core/names.py knew only Kafka's
+    '__'. Each adapter says which are its own."""
+    from gateway.broker.kafka.metadata import is_own_topic
+    from gateway.broker.rocketmq.topics import is_system_topic
+
+    for t in ("__consumer_offsets", "__transaction_state", "_.consumer_offsets", "._x"):
+        assert is_own_topic(t), t
+    assert not is_own_topic("orders") and not is_own_topic("_orders")
+    own = {"broker-a", "DefaultCluster"}
+    for t in ("rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
+              "RMQ_SYS_TRANS_OP_HALF_TOPIC", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC",
+              "rmq_sys_REVIVE_LOG_DefaultCluster", "BenchmarkTest", "TBW102", "broker-a",
+              "DefaultCluster", "DefaultCluster_REPLY_TOPIC"):
+        assert is_system_topic(t, own), t
+    for t in ("orders", "broker-b", "a.b", "Benchmark"):
+        assert not is_system_topic(t, own), t
 
 
 def test_b64url_takes_only_what_it_makes() -> None:

@@ -19,7 +19,7 @@ from ..base import (
 )
 from .clients import Clients, common_conf
 from .groups import CheckpointGroups
-from .metadata import Metadata
+from .metadata import Metadata, is_own_topic
 from .produce import Sender
 from .reads import read_checked
 from .topics import TopicMaker
@@ -55,6 +55,9 @@ class KafkaBroker(Broker):
         self._groups.close()
 
     # -- metadata -------------------------------------------------------------------------
+    def owns_topic(self, topic: str) -> bool:
+        return is_own_topic(topic)
+
     async def queues(self, topic: str) -> list[str]:
         return [str(p) for p in await self._metadata.partitions(topic)]
 

@@ -25,6 +25,12 @@ LEADER_RETRY_S = (0.05, 0.2, 0.5)
 #: Kafka's own topics (__consumer_offsets, __transaction_state, __share_group_state, ...) are
 #: named so; the admin API lists them only when asked.
 INTERNAL_PREFIX = "__"
+
+
+def is_own_topic(topic: str) -> bool:
+    """Kafka's own topic, or one that collides with them: Kafka takes '.' and '_' for one
+    character (``_.consumer_offsets`` collides with ``__consumer_offsets``)."""
+    return topic.replace(".", "_").startswith(INTERNAL_PREFIX)
 #: How long the readiness probe waits for a metadata answer.
 PING_TIMEOUT_S = 2.0
 #: The timestamps ListOffsets answers with a partition's first offset and its high watermark.
@@ -243,4 +249,4 @@ class Metadata:
         return [TopicInfo(t, tuple(
             QueueInfo(str(pm.id), *offsets.get((t, pm.id), (-1, -1)), pm.leader,
                       tuple(pm.replicas), tuple(pm.isrs)) for pm in pms),
-            internal=t.startswith(INTERNAL_PREFIX)) for t, pms in topics.items()]
+            internal=is_own_topic(t)) for t, pms in topics.items()]

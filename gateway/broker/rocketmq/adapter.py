@@ -27,7 +27,7 @@ from .message import TOPIC_MAX, to_broker_name
 from .produce import Sender
 from .reads import pull
 from .timers import RecallRefused, TimerSettings, read_settings, recall
-from .topics import Topics, WatermarkReader
+from .topics import Topics, WatermarkReader, is_system_topic
 
 _BASE = frozenset({Capability.OUT_OF_RETENTION, Capability.OFFSET_CHECKPOINT, Capability.TAG_FILTER})
 
@@ -61,6 +61,9 @@ class RocketMQBroker(Broker):
         native = self._native_delay and self.timers.enabled and self.timers.recall
         self.capabilities = _BASE | ({Capability.DELAYED_DELIVERY} if native else set())
         self.native_delay_max_ms = self.timers.max_delay_ms if native else 0
+
+    def owns_topic(self, topic: str) -> bool:
+        return is_system_topic(topic, self._client.known_own)
 
     async def close(self) -> None:
         await self._groups.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ..base import BrokerUnavailable, UnknownTopic
 from .codes import PERM_READ, PERM_WRITE, Req, Resp
@@ -81,6 +82,8 @@ class Client:
         self._routes: dict[str, tuple[float, Route]] = {}
         #: The brokers each topic was last seen on (kept when the route cache is dropped).
         self._seen_on: dict[str, frozenset[str]] = {}
+        #: Broker and cluster names seen so far (each is a topic of the broker's own).
+        self.known_own: frozenset[str] = frozenset()
 
     def _conn(self, addr: str) -> Connection:
         c = self._conns.get(addr)
@@ -144,6 +147,8 @@ class Client:
             raise UnknownTopic(topic)
         self._routes[topic] = (time.monotonic(), route)
         self._seen_on[topic] = frozenset(s.broker for s in route.slots)
+        if not self._seen_on[topic] <= self.known_own:
+            self.known_own = self.known_own | self._seen_on[topic]
         return route
 
     async def _raise_unknown(self, topic: str) -> None:
@@ -186,14 +191,23 @@ class Client:
 
     async def cluster(self) -> dict[str, dict[str, str]]:
         """Every broker name -> {id: address}, from a name server."""
-        resp = check(await self.namesrv_call(Req.GET_BROKER_CLUSTER_INFO), "cluster info")
-        data = loads_lenient(resp.body)
+        data = await self._cluster_info()
         return {name: {str(k): v for k, v in (b.get("brokerAddrs") or {}).items()}
                 for name, b in (data.get("brokerAddrTable") or {}).items()}
 
-    async def cluster_names(self) -> set[str]:
+    async def own_names(self) -> set[str]:
+        """The names of the brokers and clusters, each the name of a topic the broker keeps
+        for itself (remembered in :attr:`known_own` for the checks that cannot wait)."""
+        await self._cluster_info()
+        return set(self.known_own)
+
+    async def _cluster_info(self) -> dict[str, Any]:
         resp = check(await self.namesrv_call(Req.GET_BROKER_CLUSTER_INFO), "cluster info")
-        return set(loads_lenient(resp.body).get("clusterAddrTable") or {})
+        data: dict[str, Any] = loads_lenient(resp.body)
+        names = set(data.get("brokerAddrTable") or {}) | set(data.get("clusterAddrTable") or {})
+        if not names <= self.known_own:
+            self.known_own = self.known_own | names
+        return data
 
     async def masters(self) -> dict[str, str]:
         return {name: a[MASTER_ID] for name, a in (await self.cluster()).items() if MASTER_ID in a}

@@ -28,6 +28,16 @@ SYSTEM_TOPICS = frozenset({
 SYSTEM_PREFIXES = ("%", "rmq_sys_", "RMQ_SYS_", "rocketmq-broker-")
 
 
+def is_system_topic(topic: str, own: set[str] | frozenset[str]) -> bool:
+    """RocketMQ's own topic: the system ones (the timer log ``rmq_sys_wheel_timer`` holds every
+    pending timer record of every topic; ``SCHEDULE_TOPIC_XXXX`` the delay levels'), and those
+    each broker registers after itself and its cluster (``own``: their names, and the cluster's
+    reply topics)."""
+    name = to_broker_name(topic)
+    return name in SYSTEM_TOPICS or name.startswith(SYSTEM_PREFIXES) or name in own \
+        or (name.endswith("_REPLY_TOPIC") and name[:-len("_REPLY_TOPIC")] in own)
+
+
 def check_name(topic: str) -> str:
     """RocketMQ's spelling of ``topic``, or :class:`TopicRefused` when RocketMQ cannot have it."""
     name = to_broker_name(topic)
@@ -95,8 +105,7 @@ class Topics:
         known = await self._client.topic_names() if names is None else names
         # Each broker registers topics named after itself and its cluster (and the cluster's
         # reply topic): the broker's own, like SYSTEM_TOPICS.
-        clusters = await self._client.cluster_names()
-        own = set(await self._client.cluster()) | clusters | {f"{c}_REPLY_TOPIC" for c in clusters}
+        own = await self._client.own_names()
         out = await asyncio.gather(*(self._describe_one(t, names is not None, own) for t in known))
         return [t for t in out if t is not None]
 
@@ -111,7 +120,7 @@ class Topics:
             wm = await self._wm.read(topic, route)
         except BrokerUnavailable:
             wm = {}
-        internal = topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_PREFIXES) or topic in own
+        internal = is_system_topic(topic, own)
         queues = tuple(QueueInfo(s.qid, *wm.get(s.qid, (-1, -1)), leader=0,
                                  replicas=tuple(sorted(int(i) for i in route.addrs.get(s.broker, {}))),
                                  in_sync=tuple(sorted(int(i) for i in route.addrs.get(s.broker, {}))))
