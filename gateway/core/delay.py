@@ -48,6 +48,7 @@ from .wheel import (
     H_PARTITION,
     H_TIMESTAMP,
     H_TOPIC,
+    WHEEL_HEADERS,
     Wheel,
     parse_levels,
 )
@@ -271,7 +272,8 @@ class DelayService:
                                                  self.settings.delay_cancel_cutoff_ms)
         send = [(i, m, d) for n, (i, m, d) in enumerate(items) if n not in dropped]
         res = await produce(self.broker, topic, [
-            OutgoingMessage(m.value, m.key, [*m.headers, (H_DUE, str(d.deliver_at).encode())],
+            OutgoingMessage(m.value, m.key, [*m.headers, (H_DUE, str(d.deliver_at).encode()),
+                                             (H_ID, d.delay_id.encode())],
                             m.queue, m.timestamp, tag=m.tag) for _, m, d in send])
         for (i, _, _), r in zip(send, res.results, strict=True):
             if r.error_code:
@@ -318,7 +320,8 @@ class DelayService:
 def into_wheel(m: OutgoingMessage, topic: str, due: int, hop_due: int, delay_id: str) -> OutgoingMessage:
     """The message as a level topic holds it: its own key and headers, and where it goes and
     when in ``mqgw-delay-*`` headers (removed again on the way out)."""
-    headers = [*m.headers, (H_TOPIC, topic.encode()), (H_DUE, str(due).encode()),
+    headers = [*((k, v) for k, v in m.headers if k not in WHEEL_HEADERS),  # a retried record's
+               (H_TOPIC, topic.encode()), (H_DUE, str(due).encode()),  # from its last delay
                (H_HOP_DUE, str(hop_due).encode()), (H_ID, delay_id.encode())]
     if m.queue is not None:
         headers.append((H_PARTITION, m.queue.encode()))

@@ -16,14 +16,15 @@ costs at most :data:`IDLE_S`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter as CounterOf
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ..aio import stop_tasks
+from ..aio import stop_task, stop_tasks
 from ..broker import (
     Broker,
     BrokerUnavailable,
@@ -184,8 +185,9 @@ class Relay:
                     event.clear()
                     chosen = await self._choose(topic, set(draining))
                     if isinstance(chosen, Lock):
-                        task = asyncio.create_task(self._drain_logged(topic, chosen, event),
-                                                   name=f"mqgw-relay-{topic}-{chosen.queue}")
+                        task = asyncio.create_task(
+                            self._drain_logged(topic, chosen, event, draining),
+                            name=f"mqgw-relay-{topic}-{chosen.queue}")
                         draining[chosen.queue] = task
                         task.add_done_callback(partial(_forget, draining, chosen.queue))
                         continue
@@ -203,7 +205,8 @@ class Relay:
         finally:
             await stop_tasks(list(draining.values()))
 
-    async def _drain_logged(self, topic: str, lock: Lock, done: asyncio.Event) -> None:
+    async def _drain_logged(self, topic: str, lock: Lock, done: asyncio.Event,
+                            draining: dict[str, asyncio.Task[None]]) -> None:
         try:
             await self._drain(topic, lock)
         except asyncio.CancelledError:
@@ -211,7 +214,11 @@ class Relay:
         except Exception as e:  # noqa: BLE001 - the queue's lock expires; another try takes it
             log.warning("relay of %s/%s: %r; retrying", topic, lock.queue, e)
         finally:
-            done.set()  # the topic's loop chooses again: this queue may be parked or free now
+            # The topic's loop chooses again: this queue may be parked or free now. It must no
+            # longer be skipped then (the task's done callback runs later): a choose that
+            # skipped it missed its park's wake-up, and a lone delayed record waited IDLE_S.
+            draining.pop(lock.queue, None)
+            done.set()
 
     async def _choose(self, topic: str, skip: set[str]) -> Lock | NoQueue | None:
         try:
@@ -242,7 +249,8 @@ class Relay:
         offset = lock.committed
         t0 = now_ms()
         try:
-            res = await self.broker.fetch(topic, lock.queue, offset, lock.allowance)
+            async with self._held(topic, lock, offset):
+                res = await self.broker.fetch(topic, lock.queue, offset, lock.allowance)
         except BaseException:
             await asyncio.shield(self._settle(topic, lock, offset, offset, 0))
             raise
@@ -273,8 +281,14 @@ class Relay:
             if j > i:
                 await sleep_until(last_at)  # within the coalescing window
                 take = [w for _, w in items[i:j]]
+                # Fenced: only the holder of the queue's lock sends, and it holds it for the
+                # whole forward (a relay whose lock ran out while it read or waited, and whose
+                # queue another relay took, sends nothing: before, it sent the records again).
+                if not await self._renew(topic, lock, offset):
+                    return
                 t1 = now_ms()
-                forwarded = await self._forward([w for w in take if w is not None])
+                async with self._held(topic, lock, offset):
+                    forwarded = await self._forward([w for w in take if w is not None])
                 if now_ms() - t1 > SLOW_MS:
                     log.info("relay forward of %d records from %s/%s took %d ms", len(take),
                              topic, lock.queue, now_ms() - t1)
@@ -313,6 +327,37 @@ class Relay:
             last = rest[-1][1]
             by = min(by, last.hop_due if last is not None else by)
         return max(self.wheel.ready_at(first.hop_due, first.due), by)
+
+    async def _renew(self, topic: str, lock: Lock, offset: int) -> bool:
+        """Whether the queue is still this relay's, its lock renewed for ``relay_lock_ms``."""
+        r = await self.store.delay.settle(self.store.queues_key(RELAY_CONSUMER), topic, lock.queue,
+                                          offset, offset, lock.token,
+                                          now_ms() + self.settings.relay_lock_ms,
+                                          self.settings.relay_lock_ms)
+        if r is not Settled.SETTLED:
+            log.warning("relay of %s/%s lost its lock (%s) before sending: the relay that took "
+                        "it sends the records", topic, lock.queue, r.value)
+            return False
+        return True
+
+    @contextlib.asynccontextmanager
+    async def _held(self, topic: str, lock: Lock, offset: int) -> AsyncIterator[None]:
+        """Keep the queue's lock alive while a read or a forward is in flight (renewed every
+        third of ``relay_lock_ms``): a slow broker call (72 s was seen under load) must not let
+        the lock run out and another relay send the same records again. A process stalled as a
+        whole (SIGSTOP, a GC pause) renews nothing: then the delay id each delivered record
+        carries tells the copies apart."""
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(self.settings.relay_lock_ms / 3000)
+                if not await self._renew(topic, lock, offset):
+                    return
+
+        task = asyncio.create_task(renew(), name=f"mqgw-relay-hold-{topic}-{lock.queue}")
+        try:
+            yield
+        finally:
+            await stop_task(task)
 
     async def _settle(self, topic: str, lock: Lock, offset: int, nxt: int, park_until: int) -> bool:
         """Commit ``[offset, nxt)``; keep the queue locked until ``park_until`` (0: free it)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ..broker import Record
 from ..config import Settings
 from .errors import invalid
-from .wheel import H_DUE
+from .wheel import H_DUE, H_ID
 
 #: The delivery attempt a record is on (1: its first delivery, from the topic itself).
 H_ATTEMPT = "mqgw-attempt"
@@ -40,7 +40,7 @@ H_CONSUMER = "mqgw-consumer"
 H_CLIENT = "mqgw-client-id"
 #: Headers the gateway sets on a retried record and strips before setting them again.
 OWN_HEADERS = frozenset({H_ATTEMPT, H_FIRST, H_FAILED, H_ORIGIN_TOPIC, H_ORIGIN_QUEUE,
-                         H_ORIGIN_OFFSET, H_ORIGIN_TS, H_CONSUMER, H_CLIENT, H_DUE})
+                         H_ORIGIN_OFFSET, H_ORIGIN_TS, H_CONSUMER, H_CLIENT, H_DUE, H_ID})
 _MAX_TOPIC = 249
 
 

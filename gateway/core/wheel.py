@@ -29,7 +29,9 @@ from ..config import parse_duration
 DEFAULT_LEVELS_MS: tuple[int, ...] = tuple(d * 10 ** k for k in range(2, 7) for d in range(1, 10))
 
 # Headers a record carries while it is in the wheel; removed when it reaches its topic, but for
-# H_DUE: a delivered record says when it was due (consumers can tell how late it came).
+# H_DUE, a delivered record saying when it was due (consumers can tell how late it came), and
+# H_ID, its delay id: a record the wheel delivered more than once (a relay that stalled past its
+# lock and sent again) comes with the same id each time, so a consumer can deduplicate on it.
 H_TOPIC = "mqgw-delay-topic"
 H_DUE = "mqgw-delay-due"
 H_HOP_DUE = "mqgw-delay-hop-due"
@@ -38,7 +40,7 @@ H_PARTITION = "mqgw-delay-partition"
 H_TIMESTAMP = "mqgw-delay-timestamp"
 WHEEL_HEADERS = frozenset({H_TOPIC, H_DUE, H_HOP_DUE, H_ID, H_PARTITION, H_TIMESTAMP})
 #: Removed on delivery.
-INTERNAL_HEADERS = WHEEL_HEADERS - {H_DUE}
+INTERNAL_HEADERS = WHEEL_HEADERS - {H_DUE, H_ID}
 
 
 def parse_levels(spec: str) -> tuple[int, ...]:

@@ -215,3 +215,78 @@ async def test_a_cancel_within_the_cutoff_never_reaches_the_broker(
     with pytest.raises(Conflict) as e:
         await delay.cancel(delayed[0].delay_id)
     assert e.value.code == "already_delivered" and broker.cancelled == []
+
+
+async def test_a_delivered_record_names_its_delay_id(
+        redis: Any, broker: MemoryBroker) -> None:
+    """Issue 33: a delivered record carried ``mqgw-delay-due`` but no delay id, so a consumer
+    could not tell a copy the wheel wrote twice (a relay that stalled past its lock) from two
+    records. Every record the wheel delivers names it (``mqgw-delay-id``, the produce answer's
+    ``delayId``); the wheel's other headers stay behind. The record hops twice through the
+    100 ms level, and is delivered by the relay within ~10 s at the latest."""
+    import asyncio
+
+    from gateway.services import close_services, open_services
+
+    broker.create(T, 1)
+    s = await open_services(Settings(**{**BASE_SETTINGS, "delay_levels": LEVELS,
+                                        "delay_topic_prefix": "d.", "relay": True}),
+                            broker=broker, redis=redis, serve=False)
+    try:
+        now = now_ms()
+        _, delayed = await s.delay.produce(T, [OutgoingMessage(b"hop", None, [("own", b"h")]),
+                                               OutgoingMessage(b"soon", None, [])],
+                                           [now + 250, now + 30])
+        for _ in range(1000):  # (delivered in ~0.3 s; before, a parked level queue's wake-up
+            if len(headers(broker, T)) == 2:  # was missed and the relay slept 5 s)
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await close_services(s)
+    got = {h[H_ID]: h for h in headers(broker, T)}
+    assert set(got) == {d.delay_id for d in delayed.values()}, got
+    for h in got.values():
+        assert not {H_TOPIC, H_HOP_DUE, H_PARTITION} & set(h), h
+        assert H_DUE in h
+
+
+async def test_a_relay_whose_read_outlasts_its_lock_keeps_the_queue_and_sends_once(
+        redis: Any, broker: MemoryBroker) -> None:
+    """Issue 33: a level queue's lock (``relay_lock_ms``) ran out while its relay's read was in
+    flight (72 s under load), another relay took the queue and sent its records, and then the
+    first sent them too: 412 of 2,930 delayed records written 2-5 times. Two relays here (two
+    services on one Redis), the first read of a level queue taking 4 lock timeouts: the holder
+    keeps its lock alive meanwhile, and every record is delivered once."""
+    import asyncio
+
+    from gateway.services import close_services, open_services
+
+    broker.create(T, 1)
+    real_fetch = broker.fetch
+    slow = [1]
+
+    async def fetch(topic: str, *a: Any, **kw: Any) -> Any:
+        if topic.startswith("d.") and slow[0]:
+            slow[0] -= 1
+            await asyncio.sleep(1.2)
+        return await real_fetch(topic, *a, **kw)
+
+    broker.fetch = fetch  # type: ignore[method-assign]
+    conf = Settings(**{**BASE_SETTINGS, "delay_levels": LEVELS, "delay_topic_prefix": "d.",
+                       "relay": True, "relay_lock_ms": 300})
+    relays = [await open_services(conf, broker=broker, redis=redis, serve=False) for _ in range(2)]
+    try:
+        now = now_ms()
+        _, delayed = await relays[0].delay.produce(
+            T, [OutgoingMessage(f"v{i}".encode(), None, []) for i in range(20)], [now + 150] * 20)
+        for _ in range(1000):
+            if len(headers(broker, T)) >= 20 and not slow[0]:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(1.5)  # time for a second copy to arrive, if one would
+    finally:
+        for s in relays:
+            await close_services(s)
+    ids = [h[H_ID] for h in headers(broker, T)]
+    assert sorted(ids) == sorted(d.delay_id for d in delayed.values()), \
+        f"{len(ids)} delivered for 20 records"
