@@ -231,6 +231,10 @@ class Settings:
     relay: bool = True
     #: The relay's lock on a level queue: a relay that dies is replaced after this long.
     relay_lock_ms: int = 5_000
+    #: On Kafka, each hop of the delay wheel (records, and the level queue's position) is one
+    #: transaction, so a record due once is written once even when a relay stalls or dies
+    #: mid-hop (core/relay.py). Off: plain writes, a stalled relay's hop may be written twice.
+    relay_exactly_once: bool = True
     #: Records due within this window of the first due one are sent together (fewer, larger
     #: produce requests), so a record may be sent up to this late.
     relay_coalesce_ms: int = 20

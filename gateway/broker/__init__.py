@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from .base import (
     QUEUE_ID,
+    AlreadyWritten,
     Broker,
     BrokerUnavailable,
     CancelRefused,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "QUEUE_ID",
+    "AlreadyWritten",
     "Broker",
     "BrokerUnavailable",
     "CancelRefused",

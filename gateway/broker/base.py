@@ -46,6 +46,15 @@ class TopicRefused(Exception):
         self.message = message
 
 
+class AlreadyWritten(Exception):
+    """:meth:`Broker.write_once`: the source range was written already, by a writer that
+    committed up to ``position`` (and died before its caller heard): go on from there."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(f"written already up to {position}")
+        self.position = position
+
+
 class CancelRefused(Exception):
     """:meth:`Broker.cancel_delayed`: the broker will not cancel the record. ``too_late``: it is
     due (or delivered) already; else the broker cannot cancel at all."""
@@ -69,6 +78,9 @@ class Capability(str, Enum):
     OFFSET_CHECKPOINT = "offset_checkpoint"
     #: Records carry a tag, and a read can ask for some tags only (RocketMQ).
     TAG_FILTER = "tag_filter"
+    #: Records read from a queue can be written on together with the position they were read
+    #: up to, atomically and fencing older writers (Kafka transactions): :meth:`Broker.write_once`.
+    EXACTLY_ONCE = "exactly_once"
 
 
 def check_queue_id(q: str) -> str:
@@ -268,6 +280,18 @@ class Broker(ABC):
         whether a caller waits on these few messages (False: records on their way through the
         delay wheel, which may wait a little to share a larger write; None: the adapter judges
         by their number)."""
+
+    async def write_once(self, group: str, source_topic: str, source_queue: str, start: int,
+                         end: int, batches: dict[str, list[OutgoingMessage]],
+                         ) -> dict[str, list[ProduceResult]]:
+        """With :attr:`Capability.EXACTLY_ONCE`: write ``batches`` ({topic: messages}), read
+        from ``[start, end)`` of the source queue, and record ``end`` as ``group``'s position
+        there, all or nothing, so that the range is written once whoever writes it: a writer
+        that started later fences this one (its write fails, :class:`BrokerUnavailable`), and
+        :class:`AlreadyWritten` when the position is past ``start`` already. A record that
+        failed for good (an unknown topic, too large) fails the whole write: its result says
+        why, nothing was written, and the caller writes again without it."""
+        raise NotImplementedError(f"the {self.name} broker has no transactions")
 
     async def ping(self) -> None:
         """Returns if the broker answers; raises :class:`BrokerUnavailable` saying what is wrong

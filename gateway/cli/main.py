@@ -152,6 +152,10 @@ def dev(args: argparse.Namespace) -> int:
                 # Tansu defect: a fetch racing producers at its tail can skip records that become
                 # readable a moment later, so holes are looked at twice (see Settings).
                 env.setdefault("MQGW_GAP_RECHECK_MS", "30")
+                # Tansu defect: records written in transactions are not served to the
+                # gateway's read_committed reads as Apache Kafka serves them (README, known
+                # limitations): the relay's hops go as plain writes there.
+                env.setdefault("MQGW_RELAY_EXACTLY_ONCE", "false")
             started.append(b)
             env["MQGW_KAFKA_BOOTSTRAP"] = b.extra["bootstrap"]
             devstack.create_topic(b.extra["bootstrap"], "demo", 6)

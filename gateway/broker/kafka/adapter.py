@@ -23,13 +23,15 @@ from .metadata import Metadata, is_own_topic
 from .produce import Sender
 from .reads import read_checked
 from .topics import TopicMaker
+from .transactions import TransactionalWriters
 
 
 class KafkaBroker(Broker):
     """Kafka's offset rules live in :mod:`.reads`: retention, compaction and transaction-marker
     holes, and the re-check that tells those from a fetch racing a producer at the tail."""
 
-    capabilities = frozenset({Capability.OUT_OF_RETENTION, Capability.OFFSET_CHECKPOINT})
+    capabilities = frozenset({Capability.OUT_OF_RETENTION, Capability.OFFSET_CHECKPOINT,
+                              Capability.EXACTLY_ONCE})
 
     def __init__(self, bootstrap: str, *, extra: dict[str, str] | None = None, pool_size: int = 8,
                  max_batch: int = 1000, produce_timeout_ms: int = 30_000, produce_linger_ms: int = 2,
@@ -43,6 +45,7 @@ class KafkaBroker(Broker):
         self._topic_maker = TopicMaker(self._clients, self._metadata, replication)
         self._groups = CheckpointGroups(self._clients)
         self._sender = Sender(self._clients)
+        self._writers = TransactionalWriters(self._clients, self._groups, produce_timeout_ms)
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -52,7 +55,13 @@ class KafkaBroker(Broker):
         if not self._clients.running:
             return
         await self._clients.close()
+        self._writers.close()
         self._groups.close()
+
+    async def write_once(self, group: str, source_topic: str, source_queue: str, start: int,
+                         end: int, batches: dict[str, list[OutgoingMessage]],
+                         ) -> dict[str, list[ProduceResult]]:
+        return await self._writers.write(group, source_topic, source_queue, start, end, batches)
 
     # -- metadata -------------------------------------------------------------------------
     def owns_topic(self, topic: str) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -104,6 +105,23 @@ class CheckpointGroups:
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def metadata(self, group: str) -> Any:
+        """The group's metadata for a transaction's offsets (send_offsets_to_transaction), from
+        its consumer: it never joins, so the broker takes the offsets as a simple commit's."""
+        return self._with_group(group, lambda c: c.consumer_group_metadata())
+
+    def committed_now(self, group: str, tps: list[TopicPartition]) -> list[TopicPartition]:
+        """What ``group`` holds for ``tps``, on the calling thread (a transaction's): stable
+        offsets only (read_committed asks for them), retried while the coordinator moves."""
+        for delay in (*_COORDINATOR_RETRY_S, None):
+            try:
+                return self._committed(group, tps)
+            except KafkaException as e:
+                if delay is None or not is_coordinator_moving(error_of(e)):
+                    raise
+                time.sleep(delay)
+        raise AssertionError("unreachable")
 
     async def save(self, group: str, topic: str, offsets: dict[str, int]) -> None:
         """Commit ``offsets`` (partition id: next offset) under ``group``."""
