@@ -47,7 +47,7 @@ from .groups import CheckpointGroups
 WRITERS = 64
 IDLE_S = 60.0
 #: Threads for transactions (a call holds one from begin to commit).
-_THREADS = 4
+_THREADS = 8
 #: Bounds (s) of the blocking transactional calls.
 _INIT_S = 10.0
 _COMMIT_S = 10.0
