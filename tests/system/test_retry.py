@@ -323,3 +323,133 @@ def test_bad_nacks_are_refused_and_write_nothing(
 def test_bad_schedules_are_refused(retry: dict[str, Any], api: Any) -> None:
     r = api.http.patch(api.url(f"/admin/consumers/{unique('p')}"), json={"retry": retry})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_retry", r.text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_duplicate_audit(redis_url: str, bootstrap: str, make_topic: Callable[..., str],
+                             tmp_path: Path) -> None:
+    """Issue 33's audit: the acceptance pattern (three nodes, one group of cluster consumers,
+    records produced at once and delayed), clients that ack, drop (the lock expires), hand back
+    with /unlock (some after the lock ran out) and /nack (the retry goes through the wheel),
+    under injected slowness: a 1 s lock, a 400 ms relay lock, a node SIGSTOPped past both.
+    Checked: nothing lost; every position (topic, queue, offset) delivered a second time was
+    flagged ``redelivered``; every delivered delayed record names its delay id; and on Apache
+    Kafka no delayed record was written at two positions (each hop a transaction)."""
+    import os
+    import random
+    import signal
+    import threading
+
+    from ..support import TEST_BROKER
+
+    topic = make_topic(3)
+    tag = unique("au")
+    settings: dict[str, Any] = {
+                "relay": "true", "delay_levels": LEVELS, "delay_topic_prefix": f"{tag}.d.",
+                "delay_partitions": 2, "relay_lock_ms": 400, "retry_topic_prefix": f"{tag}.r.",
+                "dead_letter_prefix": f"{tag}.dead.", "retry_partitions": 2,
+                "rocketmq_native_delay": "false"}  # the wheel on RocketMQ too (its ids)
+    nodes = [start_node(redis_url, bootstrap, tmp_path, **settings) for _ in range(3)]
+    c = Client(nodes)
+    group = unique("audit")
+    lock = threading.Lock()
+    seen: dict[tuple[str, str, int], int] = {}  # position -> deliveries
+    unflagged: list[tuple[str, str, int]] = []
+    values: set[str] = set()
+    delay_ids: dict[str, set[tuple[str, int]]] = {}  # delay id -> positions in the topic
+    nameless: list[str] = []  # delayed records delivered without their delay id
+    stop = threading.Event()
+
+    def consume(seed: int) -> None:
+        rng = random.Random(seed)
+        cl = Client(nodes)
+        n = 0
+        try:
+            while not stop.is_set():
+                try:
+                    r = cl.get("/message", params={"topic": topic, "consumer": group, "max": 20,
+                                                   "wait_ms": 300})
+                except httpx.HTTPError:
+                    continue
+                if r.status_code != 200 or not r.json()["messages"]:
+                    continue
+                body = r.json()
+                where = body.get("retryTopic") or body["topic"]
+                with lock:
+                    for m in body["messages"]:
+                        pos = (where, body["queue"], m["offset"])
+                        if seen.get(pos) and not body["redelivered"]:
+                            unflagged.append(pos)
+                        seen[pos] = seen.get(pos, 0) + 1
+                        values.add(m["value"])
+                        if m["value"].startswith("d") and where == topic:
+                            h = _headers(m)
+                            if "mqgw-delay-id" not in h:
+                                nameless.append(m["value"])
+                            else:
+                                delay_ids.setdefault(h["mqgw-delay-id"], set()).add(pos[1:])
+                n += 1
+                rid = {"requestId": body["requestId"]}
+                try:
+                    if n % 7 == 0:
+                        continue  # dropped: the lock expires
+                    if n % 5 == 0:
+                        if rng.random() < 0.5:
+                            time.sleep(body["lockTimeoutMs"] / 1000 * 1.2)
+                        cl.post("/unlock", json=rid)
+                    elif n % 4 == 0 and where == topic:
+                        cl.post("/nack", json=rid)
+                    else:
+                        cl.post("/ack", json=rid)
+                except httpx.HTTPError:
+                    pass
+        finally:
+            cl.close()
+
+    want = {f"m{i}" for i in range(1200)} | {f"d{i}" for i in range(300)}
+    threads = [threading.Thread(target=consume, args=(i,), daemon=True) for i in range(6)]
+    try:
+        r = c.patch(f"/admin/consumers/{group}", json={
+            "start": "earliest", "consumeTimeoutMs": 1000,
+            "retry": {"delaysMs": [300], "maxAttempts": 3}})
+        assert r.status_code == 200, r.text
+        rng = random.Random(11)
+        for i in range(0, 1200, 200):
+            r = c.post("/produce", json={"topic": topic, "messages": [
+                {"value": f"m{j}"} for j in range(i, i + 200)]})
+            assert r.status_code == 200 and r.json()["failed"] == 0, r.text
+        r = c.post("/produce", json={"topic": topic, "messages": [
+            {"value": f"d{j}", "delayMs": rng.randrange(300, 2_500)} for j in range(300)]})
+        assert r.status_code == 200 and r.json()["failed"] == 0, r.text
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        os.killpg(nodes[1].proc.pid, signal.SIGSTOP)  # a stall past the lock and the relay lock
+        try:
+            time.sleep(1.5)
+        finally:
+            os.killpg(nodes[1].proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with lock:
+                if want <= values:
+                    break
+            time.sleep(0.5)
+        time.sleep(3)  # the retries and redeliveries in flight come meanwhile
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        c.close()
+        for n in nodes:
+            n.stop()
+    assert want <= values, f"{len(want - values)} never delivered, e.g. {sorted(want - values)[:5]}"
+    again = sum(1 for k in seen.values() if k > 1)
+    assert again > 0  # the audit saw redeliveries to judge
+    assert not unflagged, f"{len(unflagged)} positions delivered again unflagged: {unflagged[:5]}"
+    assert not nameless, f"delayed records without their delay id: {nameless[:5]}"
+    if TEST_BROKER == "kafka":
+        copies = {d: p for d, p in delay_ids.items() if len(p) > 1}
+        assert not copies, f"{len(copies)} delayed records written twice: {list(copies.items())[:3]}"
+    print(f"{len(seen)} positions, {again} delivered again (all flagged)")

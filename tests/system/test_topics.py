@@ -153,6 +153,8 @@ def test_internal_topics_are_listed_only_when_asked_for(api: Api, bootstrap: str
     ([], 400, "invalid_body"),
 ])
 def test_bad_creates_are_refused(api: Api, body: Any, status: int, code: str) -> None:
+    if ON_ROCKETMQ and isinstance(body, dict) and str(body.get("name", "")).startswith(("__", "_.")):
+        pytest.skip("'__' names are Kafka's own; RocketMQ's are refused in test_rocketmq.py")
     name = unique("never")
     if isinstance(body, dict) and body.get("name") == "{n}":
         body = {**body, "name": name}
