@@ -95,7 +95,13 @@ class Sender:
             await self._learn(producer, topic)
         produce = producer.produce
         for i, m in enumerate(messages):
-            kwargs = produce_kwargs(m, on_delivery(i))
+            kwargs: dict[str, Any] = {"value": m.value, "key": m.key, "on_delivery": on_delivery(i)}
+            if m.headers:
+                kwargs["headers"] = m.headers
+            if m.queue is not None:
+                kwargs["partition"] = int(m.queue)
+            if m.timestamp is not None:
+                kwargs["timestamp"] = m.timestamp
             while True:
                 try:
                     produce(topic, **kwargs)
@@ -107,18 +113,6 @@ class Sender:
                     break
         await done
         return results
-
-
-def produce_kwargs(m: OutgoingMessage, on_delivery: Any) -> dict[str, Any]:
-    """librdkafka's ``produce`` arguments for one message (one spelling for every producer)."""
-    kwargs: dict[str, Any] = {"value": m.value, "key": m.key, "on_delivery": on_delivery}
-    if m.headers:
-        kwargs["headers"] = m.headers
-    if m.queue is not None:
-        kwargs["partition"] = int(m.queue)
-    if m.timestamp is not None:
-        kwargs["timestamp"] = m.timestamp
-    return kwargs
 
 
 def too_large(m: OutgoingMessage, limit: int | None) -> str:
