@@ -188,11 +188,13 @@ def fetched_body(f: Fetched, broker: str, encoding: str,
         if f.status is FetchStatus.RATE_LIMITED:
             body["retryAfterMs"] = f.retry_after_ms
     else:
+        messages = encode_records(b.records, encoding, retried=b.topic != f.topic)
         body = {
             "status": f.status.value, "requestId": b.request_id, "broker": broker,
             "topic": f.topic, "queue": b.queue, "offset": b.offset, "nextOffset": b.next_offset,
-            "backlog": b.backlog, "redelivered": b.redelivered, "lockTimeoutMs": b.lock_timeout_ms,
-            "messages": encode_records(b.records, encoding, retried=b.topic != f.topic),
+            "backlog": b.backlog,
+            "redelivered": b.redelivered_at(now_ms()),  # as late as the answer: see redelivered_at
+            "lockTimeoutMs": b.lock_timeout_ms, "messages": messages,
         }
         if b.topic != f.topic:
             body["retryTopic"] = b.topic

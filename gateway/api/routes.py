@@ -123,8 +123,8 @@ async def message_route(request: Request) -> Response:
     fetch, encoding = fetch_request(await params(request, FETCH_PARAMS), gw.settings,
                                     client_address(request), credential, gw.internal)
     f = await gw.consume.fetch(fetch)  # a piggy-backed ack is counted by ConsumeService.on_ack
-    metrics.fetched(f.status.value, f.count, bool(f.batch and f.batch.redelivered))
     body = fetched_body(f, gw.broker.name, encoding, fetch.topics)
+    metrics.fetched(f.status.value, f.count, bool(body.get("redelivered")))
     if f.status is FetchStatus.RATE_LIMITED:
         retry_s = str(max(1, -(-f.retry_after_ms // 1000)))
         return JSON(body, status_code=429, headers={"Retry-After": retry_s})

@@ -54,6 +54,10 @@ RECHECK_S = 1.0
 IDLE_RECHECK_S = 5.0
 #: Each process re-announces the consumers it serves (for the all-consumer views) this often.
 SEEN_EVERY_MS = 60_000
+#: A batch answered with less than this share of its lock left (at most LATE_MAX_MS) is flagged
+#: redelivered: see :meth:`Batch.redelivered_at`.
+LATE_SHARE = 0.1
+LATE_MAX_MS = 1_000
 
 #: How each refusal of choose.lua is told (``unauthorized`` is the authorizer's to tell).
 _REFUSED: dict[Refusal, tuple[type[DomainError], str, str]] = {
@@ -143,6 +147,23 @@ class Batch:
     records: list[Record]
     skipped: Skipped | None = None  # offsets the broker stepped over before the first record
     ref: BatchRef | None = None  # what ``request_id`` carries (saves decoding it again)
+    #: When the lock runs out (this node's clock, ms); 0: unknown (never flags by itself).
+    lock_expires_ms: int = 0
+
+    def redelivered_at(self, now: int) -> bool:
+        """The flag to answer with at ``now``, the moment the answer is written.
+
+        Besides a batch starting below the queue's handed-out mark, a batch whose lock has run
+        out (or nearly: under a tenth of it left, 1 s at most) by the time it is answered is
+        flagged: a node stalled between choose and its answer (a GC pause, a starved CPU, a
+        slow broker read; SIGSTOP in the duplicate audit) answers after another fetch may
+        have taken the queue and handed the same records out, so the late answer may reach a
+        client second. Flagged, a client that deduplicates on the flag skips it (its ack will
+        be refused ``lock_lost`` anyway). The margin covers the answer's way to the client."""
+        if self.redelivered or not self.lock_expires_ms:
+            return self.redelivered
+        margin = min(int(self.lock_timeout_ms * LATE_SHARE), LATE_MAX_MS)
+        return now >= self.lock_expires_ms - margin
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,5 +424,6 @@ class Fetcher:
             next_offset=next_offset,
             backlog=max(lock.max_offset, res.high_watermark) - start,
             redelivered=redelivered, lock_timeout_ms=lock.timeout_ms, records=records,
-            skipped=res.skipped, ref=ref)
+            skipped=res.skipped, ref=ref,
+            lock_expires_ms=lock.locked_at + lock.timeout_ms if lock.locked_at else 0)
 

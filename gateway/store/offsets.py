@@ -63,6 +63,9 @@ class Lock:
     #: with /unlock, a rewind, a restore from the broker's checkpoint after a Redis loss): a batch
     #: starting below it is a redelivery.
     redeliver_below: int = 0
+    #: The time (this node's clock, ms) choose.lua stamped the lock with: it runs out at
+    #: ``locked_at + timeout_ms``, when another fetch may take the queue.
+    locked_at: int = 0
 
 
 class Chosen(IntEnum):
@@ -285,7 +288,8 @@ class OffsetStore:
         ``registered_as``: the topic a registration must name, when ``topic`` is the
         consumer's retry topic for it."""
         cred = credential or NO_CREDENTIAL
-        args: list[Any] = [topic, now or now_ms(), default_timeout_ms, default_start, address,
+        now = now or now_ms()
+        args: list[Any] = [topic, now, default_timeout_ms, default_start, address,
                            client_id, client_idle_ms, f",{','.join(skip)}," if skip else "",
                            max_messages, int(open_mode), int(credential is not None),
                            cred.key_id, cred.sha256, int(restore), registered_as or topic]
@@ -297,7 +301,7 @@ class OffsetStore:
         kind = Chosen(int(r[0]))
         if kind is Chosen.LOCKED:
             return Lock(text(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
-                        bool(int(r[8])), int(r[9]))
+                        bool(int(r[8])), int(r[9]), now)
         if kind is Chosen.NO_QUEUE:
             return NoQueue(int(r[1]))
         if kind is Chosen.PAUSED:

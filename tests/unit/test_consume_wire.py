@@ -3,6 +3,7 @@ encodings, the ack and unlock bodies and their error codes, and the ``failed`` p
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -30,7 +31,7 @@ from gateway.store import (
     UnlockResult,
 )
 
-from .conftest import Gateway
+from .conftest import Clock, Gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -61,6 +62,47 @@ async def test_a_batch_as_json(gw: Gateway) -> None:
         ("base64", "/gA=", "/w==", [["h", "gA=="]])
     assert all(m["encoding"] == "base64" for m in fetched_body(got, "memory", "base64")["messages"])
     assert fetched_body(got, "memory", "base64")["messages"][0]["value"] == "dGV4dA=="
+
+
+async def test_a_batch_answered_after_its_lock_ran_out_is_flagged(
+        gw: Gateway, broker: MemoryBroker, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33 (the duplicate audit, once in CI on RocketMQ): a node stalled between choose and
+    its answer (SIGSTOP, a GC pause, a slow broker read) answered its batch unflagged after
+    another fetch had taken the expired lock and handed the same records out flagged, so the
+    client saw the second copy unflagged. The flag is decided when the answer is written: a
+    batch whose lock has run out (or has under a tenth of it left) is flagged."""
+    import gateway.api.consume_wire as wire
+
+    clock.freeze()
+    monkeypatch.setattr(wire, "now_ms", clock.now_ms)
+    real_fetch = broker.fetch
+    stalled, resume = asyncio.Event(), asyncio.Event()
+
+    async def stalling_fetch(*a: Any) -> Any:
+        if not stalled.is_set():  # the first read only
+            stalled.set()
+            await resume.wait()
+        return await real_fetch(*a)
+
+    monkeypatch.setattr(broker, "fetch", stalling_fetch)
+    slow = asyncio.create_task(gw.fetch("c1"))
+    await stalled.wait()  # locked, reading
+    clock.advance(1_500)  # past the 1 s lock: another fetch takes the queue over
+    taken = await gw.fetch("c1")
+    assert taken.batch and taken.batch.redelivered
+    assert fetched_body(taken, "memory", "utf8")["redelivered"] is True
+    resume.set()
+    late = await slow  # the stalled node answers now: the same records, second
+    assert late.batch and [r.offset for r in late.batch.records] == [0, 1]
+    assert late.batch.redelivered is False  # what choose said when it locked
+    assert fetched_body(late, "memory", "utf8")["redelivered"] is True  # what the answer says
+    # a batch answered in time is not flagged; with under a tenth of its lock left, it is
+    fresh = await gw.fetch("c2")
+    assert fetched_body(fresh, "memory", "utf8")["redelivered"] is False
+    clock.advance(899)
+    assert fetched_body(fresh, "memory", "utf8")["redelivered"] is False
+    clock.advance(1)
+    assert fetched_body(fresh, "memory", "utf8")["redelivered"] is True
 
 
 async def test_empty_paused_and_rate_limited_answers(gw: Gateway, broker: MemoryBroker) -> None:

@@ -95,13 +95,7 @@ class Sender:
             await self._learn(producer, topic)
         produce = producer.produce
         for i, m in enumerate(messages):
-            kwargs: dict[str, Any] = {"value": m.value, "key": m.key, "on_delivery": on_delivery(i)}
-            if m.headers:
-                kwargs["headers"] = m.headers
-            if m.queue is not None:
-                kwargs["partition"] = int(m.queue)
-            if m.timestamp is not None:
-                kwargs["timestamp"] = m.timestamp
+            kwargs = produce_kwargs(m, on_delivery(i))
             while True:
                 try:
                     produce(topic, **kwargs)
@@ -113,6 +107,18 @@ class Sender:
                     break
         await done
         return results
+
+
+def produce_kwargs(m: OutgoingMessage, on_delivery: Any) -> dict[str, Any]:
+    """librdkafka's ``produce`` arguments for one message (one spelling for every producer)."""
+    kwargs: dict[str, Any] = {"value": m.value, "key": m.key, "on_delivery": on_delivery}
+    if m.headers:
+        kwargs["headers"] = m.headers
+    if m.queue is not None:
+        kwargs["partition"] = int(m.queue)
+    if m.timestamp is not None:
+        kwargs["timestamp"] = m.timestamp
+    return kwargs
 
 
 def too_large(m: OutgoingMessage, limit: int | None) -> str:

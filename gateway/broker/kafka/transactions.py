@@ -22,6 +22,7 @@ librdkafka instance with its own threads.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import warnings
@@ -37,6 +38,7 @@ from ..base import AlreadyWritten, BrokerUnavailable, OutgoingMessage, ProduceEr
 from .clients import Clients, producer_conf
 from .errors import produce_error
 from .groups import CheckpointGroups
+from .produce import produce_kwargs
 
 #: Transactional producers kept per process: one per level queue it moved records of lately,
 #: least recently used closed first, and any unused for :data:`IDLE_S`. Each costs 4 librdkafka
@@ -86,8 +88,6 @@ class TransactionalWriters:
 
     async def write(self, group: str, source_topic: str, source_queue: str, start: int, end: int,
                     batches: dict[str, list[OutgoingMessage]]) -> dict[str, list[ProduceResult]]:
-        import asyncio
-
         return await asyncio.get_running_loop().run_in_executor(
             self._executor, self._write, group, source_topic, source_queue, start, end, batches)
 
@@ -139,14 +139,7 @@ class TransactionalWriters:
             if t in missing:
                 continue
             for i, m in enumerate(ms):
-                kwargs: dict[str, Any] = {"value": m.value, "key": m.key,
-                                          "on_delivery": _on_delivery(reports[t], i)}
-                if m.headers:
-                    kwargs["headers"] = m.headers
-                if m.queue is not None:
-                    kwargs["partition"] = int(m.queue)
-                if m.timestamp is not None:
-                    kwargs["timestamp"] = m.timestamp
+                kwargs = produce_kwargs(m, _on_delivery(reports[t], i))
                 while True:
                     try:
                         p.produce(t, **kwargs)

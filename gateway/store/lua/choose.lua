@@ -145,10 +145,15 @@ local tok = redis.call('HINCRBY', key, p .. 'tok', 1)
 -- (reset.lua), a restore to the log's end (restore.lua).
 local m = redis.call('HMGET', key, p .. 'rdl', p .. 'out')
 local rdl = tonumber(m[1]) or 0
+local lock_fields = {p .. 'lock', now, p .. 'acc', now, p .. 'addr', ARGV[5], p .. 'out',
+                     best_com + allowance}
 if best_lock > 0 then
   local handed = math.max(tonumber(m[2]) or 0, best_com + 1)
-  if handed > rdl then rdl = handed end
+  if handed > rdl then  -- written only when it rises: most locks leave it as it is
+    rdl = handed
+    lock_fields[#lock_fields + 1] = p .. 'rdl'
+    lock_fields[#lock_fields + 1] = rdl
+  end
 end
-redis.call('HSET', key, p .. 'lock', now, p .. 'acc', now, p .. 'addr', ARGV[5], p .. 'out',
-           best_com + allowance, p .. 'rdl', rdl)
+redis.call('HSET', key, unpack(lock_fields))
 return {1, best, best_com, tok, best_max, best_lock, timeout, allowance, charged, rdl}
