@@ -344,8 +344,9 @@ _BARE_ENV = {"redis_url", "kafka_bootstrap", "kafka_config", "rocketmq_namesrv"}
 
 
 def redact_url(url: str) -> str:
-    """A connection URL without its password, for messages and logs."""
-    return re.sub(r"//[^@/]*@", "//***@", url)
+    """A connection URL without its passwords (``user:password@``, a query's ``...password=``),
+    for messages and logs."""
+    return re.sub(r"(password=)[^&]*", r"\1***", re.sub(r"//[^@/]*@", "//***@", url))
 
 
 def node_id() -> str:

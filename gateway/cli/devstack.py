@@ -202,3 +202,106 @@ def start_redis_cluster(size: int = 3) -> RedisCluster:
         for n in nodes:
             n.stop()
         raise
+
+
+@dataclass
+class RedisSentinel:
+    """A Redis primary with replicas, watched by sentinels (``service``: the primary's name)."""
+
+    servers: list[Service]
+    sentinels: list[Service]
+    service: str = "mqgw"
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        return f"redis+sentinel://{hosts}/{self.service}/0"
+
+    def primary_port(self) -> int:
+        """The data server the sentinels name as the primary now."""
+        cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+        for s in self.sentinels:
+            if s.proc.poll() is not None:
+                continue
+            out = subprocess.run([cli, "-p", str(s.port), "sentinel", "get-master-addr-by-name",
+                                  self.service], capture_output=True, text=True, timeout=5).stdout
+            lines = out.split()
+            if len(lines) == 2 and lines[1].isdigit():
+                return int(lines[1])
+        raise RuntimeError("no sentinel names a primary")
+
+    def server(self, port: int) -> Service:
+        return next(s for s in self.servers if s.port == port)
+
+    def restart(self, port: int) -> Service:
+        """Start the (stopped) data server of ``port`` again, empty, as a plain server: the
+        sentinels make it a replica of whoever is primary now."""
+        old = self.server(port)
+        new = _redis_server(port)
+        self.servers[self.servers.index(old)] = new
+        return new
+
+    def stop(self) -> None:
+        for s in (*self.sentinels, *self.servers):
+            s.stop()
+
+
+def _redis_server(port: int, *extra: str) -> Service:
+    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+    work = tempfile.mkdtemp(prefix="mqgw-rsentinel-")
+    proc = spawn([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                  "no", "--dir", work, "--protected-mode", "no", *extra],
+                 os.path.join(work, "redis.log"))
+    wait_port(port, proc=proc)
+    return Service("redis", port, proc, work)
+
+
+def start_redis_sentinel(replicas: int = 1, sentinels: int = 3, service: str = "mqgw",
+                         down_after_ms: int = 1000) -> RedisSentinel:
+    """A primary and ``replicas`` replicas, watched by ``sentinels`` sentinels (quorum: a
+    majority) that call the primary down after ``down_after_ms`` without an answer."""
+    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+    servers: list[Service] = []
+    watchers: list[Service] = []
+    try:
+        servers.append(_redis_server(free_port()))
+        primary = servers[0].port
+        for _ in range(replicas):
+            servers.append(_redis_server(free_port(), "--replicaof", "127.0.0.1", str(primary)))
+        for _ in range(sentinels):
+            port = free_port()
+            work = tempfile.mkdtemp(prefix="mqgw-sentinel-")
+            conf = os.path.join(work, "sentinel.conf")
+            with open(conf, "w") as f:  # sentinels rewrite their file: one each, writable
+                f.write(f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {work}\n"
+                        f"sentinel monitor {service} 127.0.0.1 {primary} {sentinels // 2 + 1}\n"
+                        f"sentinel down-after-milliseconds {service} {down_after_ms}\n"
+                        f"sentinel failover-timeout {service} 10000\n"
+                        f"sentinel parallel-syncs {service} 1\n")
+            proc = spawn([exe, conf, "--sentinel"], os.path.join(work, "sentinel.log"))
+            watchers.append(Service("redis-sentinel", port, proc, work))
+            wait_port(port, proc=proc)
+        rs = RedisSentinel(servers, watchers, service)
+        _wait_replicas_in_sync(rs, replicas)
+        return rs
+    except BaseException:
+        for s in (*watchers, *servers):
+            s.stop()
+        raise
+
+
+def _wait_replicas_in_sync(rs: RedisSentinel, replicas: int, timeout: float = 20.0) -> None:
+    """Until the primary has its replicas online and every sentinel knows them (a failover
+    needs a replica the sentinels know)."""
+    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = subprocess.run([cli, "-p", str(rs.servers[0].port), "info", "replication"],
+                              capture_output=True, text=True, timeout=5).stdout
+        known = [subprocess.run([cli, "-p", str(s.port), "sentinel", "replicas", rs.service],
+                                capture_output=True, text=True, timeout=5).stdout.count("ip\n")
+                 for s in rs.sentinels]
+        if info.count("state=online") >= replicas and all(k >= replicas for k in known):
+            return
+        time.sleep(0.2)
+    raise TimeoutError("the replicas did not come online for every sentinel")

@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 import httpx
 import redis
@@ -193,7 +192,10 @@ def serves(http: httpx.Client, node: Node, topic: str, group: str) -> bool:
 
 def registry_topic(redis_url: str, key_prefix: str = "mqgw") -> str:
     """The registry copy's topic of the nodes on this Redis (start_node)."""
-    return f"{key_prefix}.registry.{urlparse(redis_url).port}"
+    from gateway.store.connect import parse_url
+
+    hosts = parse_url(redis_url).hosts  # the first server, seed or sentinel names the Redis
+    return f"{key_prefix}.registry.{hosts[0][1] if hosts else 0}"
 
 
 def node_env(redis_url: str, bootstrap: str, **settings: Any) -> dict[str, str]:
@@ -398,6 +400,7 @@ class Tally:
     dropped_batches: int = 0
     ack_results: Counter = field(default_factory=Counter)
     transport_errors: int = 0
+    unavailable: int = 0  # 503s sent again (consume(retry_503=True))
     skipped: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (queue, skipped)
 
     def record(self, body: dict[str, Any]) -> None:
@@ -415,26 +418,37 @@ class Tally:
 
 
 async def call_any_node(http: httpx.AsyncClient, urls: list[str], method: str, path: str,
-               tally: Tally, **kw: Any) -> httpx.Response:
-    """Send to a random node; on a dead node retry elsewhere, as a load balancer would."""
-    for _ in range(50):
+               tally: Tally, *, retry_503: bool = False, **kw: Any) -> httpx.Response:
+    """Send to a random node; on a dead node retry elsewhere, as a load balancer would (and,
+    with ``retry_503``, on a 503 too, as a client riding through a Redis failover would)."""
+    transport = 0
+    for _ in range(1200):
         try:
-            return await http.request(method, random.choice(urls) + path, **kw)
+            r = await http.request(method, random.choice(urls) + path, **kw)
         except httpx.TransportError:
             tally.transport_errors += 1
+            transport += 1
+            if transport >= 50:
+                break
             await asyncio.sleep(0.05)
+            continue
+        if r.status_code == 503 and retry_503:
+            tally.unavailable += 1
+            await asyncio.sleep(0.1)
+            continue
+        return r
     raise RuntimeError("no node answered")
 
 
 async def consume(urls: list[str], group: str, topic: str, total: int, tally: Tally, *,
                   consumers: int = 10, max_messages: int = 50, client_id: str = "",
                   drop_every: int = 0, deadline_s: float = 120.0, wait_ms: int = 500,
-                  piggyback: bool = True, unlock_every: int = 0) -> None:
+                  piggyback: bool = True, unlock_every: int = 0, retry_503: bool = False) -> None:
     """Run ``consumers`` loops until ``total`` distinct values were seen (or the deadline).
 
     ``drop_every=N`` makes every Nth batch of a loop vanish without ack (a crashed client);
     ``unlock_every=N`` hands every Nth batch back with ``/unlock`` (a client that cannot take it
-    now), sometimes after its lock ran out.
+    now), sometimes after its lock ran out. ``retry_503``: a 503 is sent again after 0.1 s.
     """
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline_s
@@ -450,7 +464,8 @@ async def consume(urls: list[str], group: str, topic: str, total: int, tally: Ta
                     params["clientId"] = client_id
                 if pending and piggyback:
                     params["requestId"] = pending
-                r = await call_any_node(http, urls, "GET", "/message", tally, params=params)
+                r = await call_any_node(http, urls, "GET", "/message", tally, params=params,
+                                        retry_503=retry_503)
                 assert r.status_code == 200, r.text
                 body = r.json()
                 if "ack" in body:
@@ -467,17 +482,20 @@ async def consume(urls: list[str], group: str, topic: str, total: int, tally: Ta
                     if n % (2 * unlock_every) == 0:  # late: the lock has run out meanwhile
                         await asyncio.sleep(body["lockTimeoutMs"] / 1000 * random.uniform(1.0, 1.5))
                     u = await call_any_node(http, urls, "POST", "/unlock", tally,
-                                            json={"requestId": body["requestId"]})
+                                            json={"requestId": body["requestId"]},
+                                            retry_503=retry_503)
                     tally.ack_results["unlock:" + u.json().get("result", str(u.status_code))] += 1
                     continue
                 if piggyback:
                     pending = body["requestId"]
                 else:
                     a = await call_any_node(http, urls, "POST", "/ack", tally,
-                                            json={"requestId": body["requestId"]})
+                                            json={"requestId": body["requestId"]},
+                                            retry_503=retry_503)
                     tally.ack_results[a.json()["result"]] += 1
             if pending:
-                a = await call_any_node(http, urls, "POST", "/ack", tally, json={"requestId": pending})
+                a = await call_any_node(http, urls, "POST", "/ack", tally,
+                                        json={"requestId": pending}, retry_503=retry_503)
                 tally.ack_results[a.json()["result"]] += 1
 
     await asyncio.gather(*(one(i) for i in range(consumers)))

@@ -92,7 +92,35 @@ for i = 0, n - 1 do
   names[4 * i + 3] = p .. 'lock'
   names[4 * i + 4] = p .. 'acc'
 end
+names[4 * n + 1] = topic .. ':era'
 local vals = redis.call('HMGET', key, unpack(names))
+
+-- A hash last written by another Redis process (a replica promoted by a failover, a restart from
+-- disk) may have lost its last writes: commits (records acked come again), locks and the
+-- handed-out marks that would flag them, tokens (a lost lock's token would be handed out again,
+-- and its stale ack taken). So every queue of the topic flags batches below its log end as this
+-- node knows it, as a restore after a Redis loss does (restore.lua), and its token jumps to the
+-- clock's (never below one handed out before). A hash without the field (new, or from before it)
+-- just takes it.
+local run = run_id()
+if vals[4 * n + 1] ~= run then
+  local era = {topic .. ':era', run}
+  if vals[4 * n + 1] then
+    local marks = {}
+    for i = 0, n - 1 do marks[i + 1] = topic .. ':' .. ARGV[16 + 3 * i] .. ':rdl' end
+    local old = redis.call('HMGET', key, unpack(marks))
+    for i = 0, n - 1 do
+      local p = topic .. ':' .. ARGV[16 + 3 * i] .. ':'
+      local bound = math.max(tonumber(ARGV[18 + 3 * i]), tonumber(vals[4 * i + 1]) or 0)
+      if bound > (tonumber(old[i + 1]) or 0) then
+        era[#era + 1] = p .. 'rdl'
+        era[#era + 1] = bound
+      end
+      reseed_token(key, p .. 'tok')
+    end
+  end
+  redis.call('HSET', key, unpack(era))
+end
 
 local writes = {}
 local best, best_backlog, best_acc, best_com, best_max, best_lock = nil, 0, 0, 0, 0, 0

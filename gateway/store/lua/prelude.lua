@@ -36,11 +36,34 @@ end
 -- with deleteOffsets, an expired clientId) and made again, its tokens never repeat earlier ones,
 -- so a requestId from before can never pass for the new holder's. Written as a string: a Lua
 -- number this large would be formatted as 1.79e+15.
+local function clock_token()
+  local t = redis.call('TIME')
+  return t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)) .. '000'
+end
+
 local function seed_token(key, field)
-  if redis.call('HEXISTS', key, field) == 0 then
-    local t = redis.call('TIME')
-    redis.call('HSET', key, field, t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)) .. '000')
+  if redis.call('HEXISTS', key, field) == 0 then redis.call('HSET', key, field, clock_token()) end
+end
+
+-- A token that may be lower than one handed out before (its hash regressed: choose.lua's era)
+-- jumps to the clock's; one already past it stays.
+local function reseed_token(key, field)
+  local seed = clock_token()
+  if (tonumber(redis.call('HGET', key, field)) or 0) < tonumber(seed) then
+    redis.call('HSET', key, field, seed)
   end
+end
+
+-- The Redis process this script runs in: INFO server's run_id, new at every start of a process.
+-- A consumer hash remembers the process that last wrote it (`<topic>:era`, choose.lua); another
+-- one means a failover to a replica or a restart from disk, after which the hash may hold less
+-- than was written (replication and fsync are asynchronous). ~5 us per call (100,000 in a script:
+-- 0.5 s); INFO replication's replid costs 2 us, but only run_id is sure to change at each start.
+-- (fakeredis, the unit tests' Redis, has no INFO: '' there, one era for ever.)
+local function run_id()
+  local info = redis.pcall('INFO', 'server')
+  if type(info) ~= 'string' then return '' end
+  return string.match(info, 'run_id:(%w+)') or ''
 end
 
 -- A rate-limit bucket's size: the consumer's `burst`, else its rate (at least 1).
