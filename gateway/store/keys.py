@@ -14,7 +14,8 @@ each have a slot of their own.
                                     lock's batch; ``sta``, a start position
                                     a restore in flight is writing to the broker:
                                     core/checkpoint.py),
-                                    plus ``poll``
+                                    plus ``poll`` and ``topic:era`` (the Redis process that
+                                    chose last: choose.lua)
 ``P:{G}:q:<clientId>``      hash    the same, one per broadcast clientId (expires when idle)
 ``P:{G}:clients``           zset    broadcast clientIds scored by last-seen time (ms)
 ``P:{G}:cfg``               hash    the consumer's registration and settings (core/registry.py)

@@ -533,3 +533,92 @@ def test_compose_says_it_needs_compose_v2() -> None:
     ops = (ROOT / "docs" / "operations.md").read_text()
     deploy_part = ops[ops.index("[`deploy/`](../deploy) contains:"):]
     assert "Compose v2" in deploy_part[:deploy_part.index("```sh")]
+
+
+# --- the Redis Sentinel variants (issue 34) -----------------------------------------------------
+
+HA_K8S = DEPLOY / "k8s-redis-sentinel"
+HA_COMPOSE = DEPLOY / "docker-compose.redis-sentinel.yml"
+
+
+def _ha_k8s() -> list[Doc]:
+    return docs(HA_K8S / "redis-sentinel.yaml")
+
+
+def _sentinel_url(url: str, service: str, hosts: list[str]) -> None:
+    """``url`` names the sentinels ``hosts`` (port 26379) and the primary ``service``."""
+    from gateway.store.connect import parse_url
+
+    a = parse_url(url)
+    assert (a.scheme, a.service, a.db) == ("redis+sentinel", service, 0), url
+    assert a.hosts == [(h, 26379) for h in hosts], url
+
+
+@pytest.mark.parametrize("version", _k8s_versions())
+def test_the_sentinel_manifests_are_valid_kubernetes_objects(version: str) -> None:
+    kinds = []
+    for doc in _ha_k8s():
+        _validate(doc, version)
+        kinds.append(doc["kind"])
+    assert sorted(kinds) == ["ConfigMap", "PodDisruptionBudget", "Service", "StatefulSet"]
+
+
+def test_the_sentinel_kustomization_swaps_the_redis_and_points_the_gateway_at_it() -> None:
+    k: Doc = yaml.safe_load((HA_K8S / "kustomization.yaml").read_text())
+    assert k["resources"] == ["../k8s", "redis-sentinel.yaml"]
+    deleted = {(p["kind"], p["metadata"]["name"]) for p in
+               (yaml.safe_load(x["patch"]) for x in k["patches"] if "target" not in x)
+               if p.get("$patch") == "delete"}
+    base = {(d["kind"], d["metadata"]["name"]) for _, d in resources()}
+    redis_objects = {(kind, name) for kind, name in base if name.startswith("redis")}
+    assert deleted == redis_objects, "every object of the single Redis goes, and nothing else"
+    sts = next(d for d in _ha_k8s() if d["kind"] == "StatefulSet")
+    svc = next(d for d in _ha_k8s() if d["kind"] == "Service")
+    assert sts["spec"]["serviceName"] == svc["metadata"]["name"] and svc["spec"]["clusterIP"] == "None"
+    pods = [f"{sts['metadata']['name']}-{i}.{svc['metadata']['name']}"
+            for i in range(sts["spec"]["replicas"])]
+    targets = {x["target"]["name"] for x in k["patches"] if "target" in x}
+    assert targets == {d["metadata"]["name"] for _, d in resources() if d["kind"] == "Deployment"}
+    for x in k["patches"]:
+        if "target" in x:
+            (op,) = yaml.safe_load(x["patch"])
+            assert op["value"]["name"] == "MQGW_REDIS_URL"
+            _sentinel_url(op["value"]["value"], "mqgw", pods)
+    scripts = next(d for d in _ha_k8s() if d["kind"] == "ConfigMap")["data"]
+    assert f"sentinel monitor mqgw $primary 6379 {sts['spec']['replicas'] // 2 + 1}" in \
+        scripts["sentinel.sh"]
+    for name in ("primary.sh", "redis.sh", "sentinel.sh"):  # POSIX sh: the alpine image's
+        assert subprocess.run(["sh", "-n"], input=scripts[name], text=True).returncode == 0, name
+    for flag in ("--appendonly yes", "--appendfsync everysec", "--maxmemory-policy noeviction"):
+        assert flag in scripts["redis.sh"]
+    kubectl = shutil.which("kubectl")
+    if kubectl is not None:
+        out = subprocess.run([kubectl, "kustomize", str(HA_K8S)], capture_output=True, text=True,
+                             timeout=60, stdin=subprocess.DEVNULL)
+        assert out.returncode == 0, out.stderr
+        built = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out.stdout) if d}
+        assert built == (base - redis_objects) | {(d["kind"], d["metadata"]["name"])
+                                                   for d in _ha_k8s()}
+
+
+def test_the_compose_sentinel_override_fits_the_stack() -> None:
+    base, ha = _compose(), yaml.safe_load(HA_COMPOSE.read_text())
+    sentinels = sorted(s for s in ha["services"] if s.startswith("sentinel-"))
+    assert len(sentinels) == 3
+    _sentinel_url(ha["services"]["gateway"]["environment"]["MQGW_REDIS_URL"], "mqgw", sentinels)
+    assert set(ha["services"]["gateway"]["depends_on"]) == set(sentinels)
+    for s in sentinels:
+        command = " ".join(ha["services"][s]["command"])
+        assert "sentinel monitor mqgw redis 6379 2" in command
+        assert f"{s}-data:/data" in ha["services"][s]["volumes"]  # what they learned survives
+    command = list(ha["services"]["redis-replica"]["command"])
+    at = command.index("--replicaof")  # the one flag with two values
+    assert command[at + 1:at + 3] == ["redis", "6379"] and "redis" in base["services"]
+    replica = _flags(command[:at] + command[at + 3:])
+    for flags in (replica, _flags(ha["services"]["redis"]["command"])):
+        assert flags["appendonly"] == "yes" and flags["maxmemory-policy"] == "noeviction"
+    # the override's primary keeps the base's persistence flags
+    assert {k: v for k, v in _flags(ha["services"]["redis"]["command"]).items()
+            if k != "replica-announce-ip"} == _flags(base["services"]["redis"]["command"])
+    named = {v.split(":")[0] for svc in ha["services"].values() for v in svc.get("volumes", [])}
+    assert named <= set(ha["volumes"])

@@ -25,7 +25,7 @@ import redis
 
 from gateway.cli import devstack
 
-from ..support import Api, Node, Tally, consume, start_node, unique
+from ..support import LEVELS, Api, Node, Tally, consume, start_node, unique
 
 pytestmark = [
     pytest.mark.slow,  # sentinels take ~5 s to know the replicas, a failover 2-5 s
@@ -84,16 +84,23 @@ def promoted(rs: devstack.RedisSentinel, old: int) -> bool:
 @pytest.mark.timeout(300)
 def test_a_sentinel_failover_loses_nothing_and_flags_every_duplicate(
         sentinel: devstack.RedisSentinel, nodes_on: Any, make_topic: Any) -> None:
-    """Three nodes on ``redis+sentinel://``, consumers that ack, drop and hand back batches; the
-    primary is SIGKILLed mid-run. The sentinels promote the replica, the nodes follow it without
-    a restart, nothing is lost, every duplicate is flagged, and the old primary, started again,
-    rejoins as a replica."""
-    nodes = nodes_on(sentinel.url, 3)
+    """Three nodes on ``redis+sentinel://``, a registered consumer whose clients ack, drop and
+    hand back batches, delayed records in the wheel; the primary is SIGKILLed mid-run. The
+    sentinels promote the replica, the nodes follow it without a restart (the relay too),
+    nothing is lost, every duplicate is flagged, and the old primary, started again, rejoins as
+    a replica."""
+    nodes = nodes_on(sentinel.url, 3, relay="true", delay_levels=LEVELS,
+                     delay_topic_prefix=unique("ha"), delay_partitions=2, relay_lock_ms=2000)
     api = Api([n.url for n in nodes])
     topic, group = make_topic(4), unique()
-    api.config(group, start="earliest", consumeTimeoutMs=2000)
-    total = 3_000
-    api.produce(topic, [f"m{i}" for i in range(total)])
+    r = api.http.put(api.url(f"/admin/consumers/{group}"), json={
+        "topics": [topic], "mode": "cluster", "start": "earliest", "consumeTimeoutMs": 2000})
+    assert r.status_code == 201, r.text
+    total, delayed = 3_000, 300
+    api.produce(topic, [f"m{i}" for i in range(total - delayed)])
+    r = api.http.post(api.url("/produce"), json={"topic": topic, "messages": [
+        {"value": f"d{i}", "delayMs": 1000 + 10 * i} for i in range(delayed)]})  # due 1-4 s on
+    assert r.status_code == 200 and r.json()["failed"] == 0, r.text
     tally = Tally()
     old = sentinel.primary_port()
 

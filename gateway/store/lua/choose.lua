@@ -17,7 +17,8 @@
 -- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr
 -- (and t:q:ckp: core/checkpoint.py; t:q:rdl, how far the queue may have been handed out, and
 -- t:q:out, the bound of the current lock's batch: see below),
--- and once per hash  poll  (the time of the last accepted /message).
+-- and once per hash  poll  (the time of the last accepted /message), once per topic  t:era  (the
+-- Redis process that chose last: see below).
 -- max never goes down; com starts at the latest (or earliest) offset; a lock is free when 0 or older
 -- than the consume timeout; every lock increments tok so stale acks can be told apart.
 -- Returns one of (the first element is store/offsets.py's Chosen; a refusal's reason, Refusal)
