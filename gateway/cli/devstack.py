@@ -173,28 +173,36 @@ class RedisCluster:
             n.stop()
 
 
-def start_redis_cluster(size: int = 3) -> RedisCluster:
+def start_redis_cluster(size: int = 3, replicas: int = 0, node_timeout_ms: int = 15_000) -> RedisCluster:
+    """``size`` primaries with ``replicas`` replicas each (``nodes``: the primaries first); a
+    primary is failed over ``node_timeout_ms`` after it stopped answering."""
     exe = shutil.which("redis-server") or "/usr/bin/redis-server"
     cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
     nodes: list[Service] = []
     try:
-        for _ in range(size):
+        for _ in range(size * (1 + replicas)):
             port = _cluster_port()
             work = tempfile.mkdtemp(prefix="mqgw-rcluster-")
             proc = spawn([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                            "--appendonly", "no", "--dir", work, "--cluster-enabled", "yes",
+                           "--cluster-node-timeout", str(node_timeout_ms),
                            "--cluster-config-file", os.path.join(work, "nodes.conf")],
                           os.path.join(work, "redis.log"))
             nodes.append(Service("redis-cluster", port, proc, work))
             wait_port(port, proc=proc)
         subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
-                        "--cluster-replicas", "0", "--cluster-yes"], check=True,
+                        "--cluster-replicas", str(replicas), "--cluster-yes"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             out = subprocess.run([cli, "-p", str(nodes[0].port), "cluster", "info"],
                                  capture_output=True, text=True, timeout=5).stdout
-            if "cluster_state:ok" in out:
+            # ...and every replica attached and in sync: a primary lost before its replica
+            # is would not be failed over
+            synced = sum(subprocess.run([cli, "-p", str(n.port), "info", "replication"],
+                                        capture_output=True, text=True, timeout=5)
+                         .stdout.count("state=online") for n in nodes)
+            if "cluster_state:ok" in out and synced >= size * replicas:
                 return RedisCluster(nodes)
             time.sleep(0.1)
         raise TimeoutError("redis cluster did not become ok")

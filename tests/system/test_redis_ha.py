@@ -210,23 +210,63 @@ def test_a_failover_that_lost_the_last_writes_flags_them_and_refuses_stale_acks(
     assert unflagged_again == [], unflagged_again
 
 
-@pytest.mark.timeout(180)
-def test_a_cluster_url_with_several_seeds_starts_while_the_first_is_down(
+def _slots_of(port: int) -> list[tuple[int, int]]:
+    """The slot ranges the Redis Cluster primary on ``port`` serves."""
+    with redis.Redis(port=port) as r:
+        return [(int(a), int(b)) for a, b, primary, *_ in r.execute_command("CLUSTER", "SLOTS")
+                if int(primary[1]) == port]
+
+
+@pytest.mark.timeout(240)
+def test_a_cluster_url_with_several_seeds_serves_after_its_first_seed_died(
         nodes_on: Any, make_topic: Any) -> None:
     """``redis+cluster://h1:p1,h2:p2`` was refused ("Port could not be cast to integer"), and a
-    node started while its one seed was down failed to start (RedisClusterUnreachableError):
-    now any seed that answers serves."""
-    cluster = devstack.start_redis_cluster(3)
+    node started after its one seed was killed failed to start (RedisClusterUnreachableError)
+    although the cluster had failed over and was healthy. A cluster of 3 primaries with a
+    replica each; the first seed (a primary holding the consumer's slot) is SIGKILLed: the node
+    started before goes on, a node started after it starts and serves, nothing is lost."""
+    cluster = devstack.start_redis_cluster(3, replicas=1, node_timeout_ms=1500)
     try:
-        seeds = [n.port for n in cluster.nodes]
-        dead = devstack.free_port()  # nothing listens there: the first seed is down
-        url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in (dead, *seeds))
-        node = nodes_on(url)[0]
-        api = Api([node.url])
-        topic, group = make_topic(2), unique()
-        api.config(group, start="earliest")
-        api.produce(topic, ["a", "b", "c"])
-        body = api.message(consumer=group, topic=topic, max=10, wait_ms=2000).json()
-        assert body["status"] == "ok" and body["messages"], body
+        primaries = [n.port for n in cluster.nodes if role(n.port) == "master"]
+        first = primaries[0]
+        others = [n.port for n in cluster.nodes if n.port != first]
+        url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in (first, *others))
+        ranges = _slots_of(first)
+        with redis.Redis(port=first) as r:  # a consumer whose keys live on the first seed
+            group = next(g for g in (unique() for _ in range(1000))
+                         if any(a <= int(r.execute_command("CLUSTER", "KEYSLOT", g)) <= b
+                                for a, b in ranges))
+        before = nodes_on(url)[0]
+        topic = make_topic(2)
+        Api([before.url]).config(group, start="earliest")
+        values = [f"v{i}" for i in range(40)]
+        Api([before.url]).produce(topic, values)
+        seen: set[str] = set()
+
+        def drain(node: Node, upto: int) -> None:
+            with httpx.Client(base_url=node.url, timeout=30) as c:
+                deadline = time.monotonic() + 60
+                while len(seen) < upto:
+                    assert time.monotonic() < deadline, sorted(set(values) - seen)[:5]
+                    r = c.get("/message", params={"consumer": group, "topic": topic, "max": 5,
+                                                  "wait_ms": 1000})
+                    if r.status_code == 503:  # the slot's failover
+                        time.sleep(0.2)
+                        continue
+                    body = r.json()
+                    assert r.status_code == 200, body
+                    if body["status"] == "ok":
+                        seen.update(m["value"] for m in body["messages"])
+                        a = c.post("/ack", json={"requestId": body["requestId"]})
+                        assert a.status_code in (200, 409, 503), a.text
+
+        drain(before, 10)
+        os.kill(next(n for n in cluster.nodes if n.port == first).proc.pid, signal.SIGKILL)
+        wait_for("the replica's promotion", lambda: any(
+            role(p) == "master" and _slots_of(p) == ranges for p in others), timeout=60)
+        after = nodes_on(url)[0]  # its first seed is dead
+        drain(after, 25)
+        drain(before, len(values))
+        assert seen == set(values)
     finally:
         cluster.stop()
