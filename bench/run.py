@@ -758,8 +758,11 @@ def _rate(name: str, r: dict[str, Any]) -> float:
 
 
 def report_peer(res: dict[str, Any]) -> str:
-    """gateway / bridge per phase, same broker, same run."""
+    """gateway / bridge per phase, same broker, same run (or why the peer was skipped: its folder
+    missing, no Java; that ended the run with ``KeyError: 'phases'`` before)."""
     peer = res["peer"]
+    if "phases" not in peer:
+        return f"{peer['name']}: skipped ({peer.get('skipped', 'not run')})"
     rows = [("phase (req/s for noop, else records/s)", "mq-gateway", "p99 ms", peer["name"], "p99 ms",
              "gateway / bridge")]
     for name, b in peer["phases"].items():
