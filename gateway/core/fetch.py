@@ -416,6 +416,12 @@ class Fetcher:
                 await self.store.unlock(p.consumer, p.client_id, topic, lock.queue, lock.token,
                                         res.high_watermark)
             return None
+        if next_offset - start > lock.allowance:
+            # Its offsets span more than choose.lua's bound (start + allowance) assumed: markers,
+            # aborted records, holes. Said before the answer, so a takeover after this lock
+            # expires flags all of it (one script more, for such batches only).
+            await self.store.handed_out(p.consumer, p.client_id, topic, lock.queue, lock.token,
+                                        next_offset)
         ref = BatchRef(self.broker.name, p.consumer, p.client_id, topic, lock.queue, start,
                        next_offset, lock.token, res.high_watermark, fetched,
                        tag_expression(p.tags))

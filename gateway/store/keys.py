@@ -11,7 +11,7 @@ each have a slot of their own.
                                     last checkpointed to the broker; ``rdl``, how far the
                                     queue may have been handed out: batches starting below it
                                     are redeliveries; ``out``, the end bound of the current
-                                    lock's batch; ``sta``, a start position
+                                    lock's batch (lua/handed.lua raises it); ``sta``, a start position
                                     a restore in flight is writing to the broker:
                                     core/checkpoint.py),
                                     plus ``poll`` and ``topic:era`` (the Redis process that

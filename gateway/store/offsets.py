@@ -223,6 +223,7 @@ class OffsetStore:
         self._ack = scripts.register(redis, "ack")
         self._ack_instance = scripts.register(redis, "instance_commit")
         self._unlock = scripts.register(redis, "unlock")
+        self._handed = scripts.register(redis, "handed")
         self._extend = scripts.register(redis, "extend")
         self._wm_get = scripts.register(redis, "watermarks")
         self._wm_put = scripts.register(redis, "watermarks_put")
@@ -397,6 +398,13 @@ class OffsetStore:
                                      int(credential is not None), cred.key_id, cred.sha256,
                                      handed_out_to])
         return UnlockResult(UnlockOutcome(text(r[0])), int(r[1]))
+
+    async def handed_out(self, consumer: str, client_id: str, topic: str, queue: str, token: int,
+                         end: int) -> None:
+        """The batch locked with ``token`` ends at ``end``, further than its start plus the
+        records it was allowed (lua/handed.lua says why that matters)."""
+        await self._handed(keys=[self.queues_key(consumer, client_id)],
+                           args=[f"{topic}:{queue}:", token, end])
 
     async def extend(
         self, consumer: str, client_id: str, topic: str, queue: str, offset: int, next_offset: int,

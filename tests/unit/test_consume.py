@@ -440,6 +440,48 @@ async def test_a_takeover_whose_read_fails_leaves_the_next_batch_flagged(
     assert rest.batch and values(rest) == ["b"] and rest.batch.redelivered
 
 
+async def test_a_takeover_smaller_than_an_expired_batch_with_markers_flags_all_of_it(
+        gw: Gateway, broker: MemoryBroker, clock: Clock) -> None:
+    """Issue 33: an expired lock's batch was bounded by its start plus the records it was
+    allowed, one offset a record. In a topic written in transactions (the relay's exactly-once
+    hops write into users' topics) a commit marker follows each transaction: 3 records spanned
+    offsets 0-4 here, and after a takeover with max=1 the record at offset 4 came again
+    unflagged. The batch now says how far it really went when its span exceeds the bound."""
+    produce(broker, 1, *[f"v{i}" for i in range(5)])
+    broker.remove(T, "0", 1, 3)  # markers at 1 and 3: records at 0, 2, 4
+    first = await gw.fetch(C, max_messages=3)
+    assert first.batch and values(first) == ["v0", "v2", "v4"] and first.batch.next_offset == 5
+    clock.advance(2_000)  # its lock expires, never acked
+    for want in ("v0", "v2", "v4"):
+        again = await gw.fetch(C, max_messages=1)
+        assert again.batch and values(again) == [want] and again.batch.redelivered, want
+        assert (await gw.consume.ack(again.batch.request_id)).result == "committed"
+    broker.append(T, "0", "n5")
+    new = await gw.fetch(C, max_messages=1, wait_ms=3_000)  # past everything handed out
+    assert new.batch and values(new) == ["n5"] and not new.batch.redelivered
+
+
+async def test_a_late_report_of_a_batch_end_raises_the_mark_itself(
+        gw: Gateway, broker: MemoryBroker, clock: Clock) -> None:
+    """handed.lua: a report that comes after another fetch took the queue (a later token)
+    raises the handed-out mark, into which the takeover had already folded the old bound."""
+    produce(broker, 1, *[f"v{i}" for i in range(9)])
+    wm = {"0": (0, 9)}
+    kw: dict[str, Any] = dict(address="unit", default_timeout_ms=1_000, default_start="earliest",
+                              client_idle_ms=60_000, max_messages=3)
+    old = await gw.store.choose(C, "", T, wm, **kw)
+    clock.advance(2_000)
+    new = await gw.store.choose(C, "", T, wm, **kw)
+    assert new.redeliver_below == 3  # type: ignore[union-attr]  # the old bound, folded in
+    await gw.store.handed_out(C, "", T, "0", old.token, 6)  # type: ignore[union-attr]
+    field = f"{T}:0:"
+    got = await gw.store.redis.hmget(gw.store.queues_key(C, ""), field + "rdl", field + "out")
+    assert [int(x) for x in got] == [6, 3]  # the mark rose; the new lock's bound is its own
+    await gw.store.handed_out(C, "", T, "0", new.token, 7)  # type: ignore[union-attr]
+    got = await gw.store.redis.hmget(gw.store.queues_key(C, ""), field + "rdl", field + "out")
+    assert [int(x) for x in got] == [6, 7]
+
+
 async def test_a_read_that_handed_nothing_out_raises_no_flag(
         gw: Gateway, broker: MemoryBroker, monkeypatch: pytest.MonkeyPatch) -> None:
     """The other side of the mark: a lock whose read failed (or a batch read for a poll that
