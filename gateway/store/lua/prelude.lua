@@ -32,15 +32,16 @@ local function clock_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- A queue's first lock token is the clock (ms) x 1000, not 1: when a hash is deleted (unregister
--- with deleteOffsets, an expired clientId) and made again, its tokens never repeat earlier ones,
--- so a requestId from before can never pass for the new holder's. Written as a string: a Lua
--- number this large would be formatted as 1.79e+15.
+-- The clock (ms) x 1000, as a token (a string: a Lua number this large would be formatted as
+-- 1.79e+15).
 local function clock_token()
   local t = redis.call('TIME')
   return t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)) .. '000'
 end
 
+-- A queue's first lock token is the clock (ms) x 1000, not 1: when a hash is deleted (unregister
+-- with deleteOffsets, an expired clientId) and made again, its tokens never repeat earlier ones,
+-- so a requestId from before can never pass for the new holder's.
 local function seed_token(key, field)
   if redis.call('HEXISTS', key, field) == 0 then redis.call('HSET', key, field, clock_token()) end
 end
