@@ -30,41 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import redis  # noqa: E402
-
+from choose_cost import choose_us  # noqa: E402
 from gateway.cli import devstack  # noqa: E402
-from gateway.store import OffsetStore, scripts  # noqa: E402
 from tests.support import start_node  # noqa: E402
-
-NO_ERA = "local info = ''"  # what replaces the INFO call in the variant without the check
-
-
-async def choose_us(url: str, queues: int, calls: int, era: bool) -> float:
-    """Median µs of choose.lua per call (SLOWLOG), ``calls`` calls over a topic of ``queues``."""
-    store = OffsetStore.connect(url, f"bench{os.getpid()}")
-    if not era:
-        text = scripts.source("choose").replace("local info = redis.pcall('INFO', 'server')",
-                                                 NO_ERA)
-        assert NO_ERA in text
-        store._choose = store.redis.register_script(text)
-    sync = redis.Redis.from_url(url)
-    wm = {str(q): (0, 1_000_000) for q in range(queues)}
-    try:
-        sync.config_set("slowlog-log-slower-than", 0)
-        sync.config_set("slowlog-max-len", calls + 100)
-        sync.slowlog_reset()
-        for i in range(calls):
-            lock = await store.choose(f"g{i % 50}", "", "t", wm, address="bench",
-                                      default_timeout_ms=60_000, default_start="earliest",
-                                      client_idle_ms=60_000, max_messages=10)
-            await store.unlock(f"g{i % 50}", "", "t", lock.queue, lock.token)  # type: ignore[union-attr]
-        entries = [e for e in sync.slowlog_get(calls + 100)
-                   if e["command"].startswith(b"EVALSHA " + store._choose.sha.encode())]
-        return float(statistics.median(e["duration"] for e in entries))
-    finally:
-        sync.config_set("slowlog-log-slower-than", 10_000)
-        sync.close()
-        await store.aclose()
 
 
 def consume_round(port: int, topic: str, group: str, duration: float) -> float:
@@ -97,8 +65,8 @@ def main() -> int:
         for queues in (1, 16):
             pairs = []
             for _ in range(args.rounds):
-                with_era = asyncio.run(choose_us(direct, queues, args.calls, True))
-                without = asyncio.run(choose_us(direct, queues, args.calls, False))
+                with_era = asyncio.run(choose_us(direct, queues, args.calls, True))[0]
+                without = asyncio.run(choose_us(direct, queues, args.calls, False))[0]
                 pairs.append((with_era, without))
             w = statistics.median(p[0] for p in pairs)
             wo = statistics.median(p[1] for p in pairs)

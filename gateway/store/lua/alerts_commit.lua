@@ -7,12 +7,7 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[2], KEYS[3])
 local n = tonumber(ARGV[3])
-local function put(key, from, to)
-  for i = from, to, 1000 do
-    redis.call('HSET', key, unpack(ARGV, i, math.min(i + 999, to)))
-  end
-end
-put(KEYS[2], 4, 3 + 2 * n)
-put(KEYS[3], 4 + 2 * n, #ARGV)
+hset_pairs(KEYS[2], ARGV, 4, 3 + 2 * n)
+hset_pairs(KEYS[3], ARGV, 4 + 2 * n, #ARGV)
 redis.call('SET', KEYS[4], ARGV[2])
 return 1

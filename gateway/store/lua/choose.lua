@@ -94,7 +94,7 @@ for i = 0, n - 1 do
   names[4 * i + 4] = p .. 'acc'
 end
 names[4 * n + 1] = topic .. ':era'
-local vals = redis.call('HMGET', key, unpack(names))
+local vals = hmget_list(key, names)
 
 -- A hash last written by another Redis process (a replica promoted by a failover, a restart from
 -- disk) may have lost its last writes: commits (records acked come again), locks and the
@@ -109,7 +109,7 @@ if vals[4 * n + 1] ~= run then
   if vals[4 * n + 1] then
     local marks = {}
     for i = 0, n - 1 do marks[i + 1] = topic .. ':' .. ARGV[16 + 3 * i] .. ':rdl' end
-    local old = redis.call('HMGET', key, unpack(marks))
+    local old = hmget_list(key, marks)
     for i = 0, n - 1 do
       local p = topic .. ':' .. ARGV[16 + 3 * i] .. ':'
       local bound = math.max(tonumber(ARGV[18 + 3 * i]), tonumber(vals[4 * i + 1]) or 0)
@@ -120,7 +120,7 @@ if vals[4 * n + 1] ~= run then
       reseed_token(key, p .. 'tok')
     end
   end
-  redis.call('HSET', key, unpack(era))
+  hset_pairs(key, era)
 end
 
 local writes = {}
@@ -153,7 +153,7 @@ for i = 0, n - 1 do
     end
   end
 end
-if #writes > 0 then redis.call('HSET', key, unpack(writes)) end
+if #writes > 0 then hset_pairs(key, writes) end
 if client ~= '' then redis.call('PEXPIRE', key, ARGV[7]) end  -- idle clientIds' offsets expire
 if best == nil then return {0, wake} end
 

@@ -11,6 +11,31 @@
 -- Only `local function`s below: nothing runs, and no globals (Redis refuses them). Line numbers in
 -- a script's error messages count these lines too.
 
+-- Lua's unpack stops at LUAI_MAXCSTACK (8,000 values), so commands over more fields go in
+-- slices: choose.lua reads 4 fields a queue, and a topic of 2,000 partitions broke /message
+-- ("too many results to unpack", found by bench/choose_cost.py at 4,096), as it broke the
+-- watermark refresh (4 values a queue). Even: a slice never splits a field from its value.
+local SLICE = 4000
+
+-- HSET of the field/value pairs list[from..to] (the whole list by default), in slices.
+local function hset_pairs(key, list, from, to)
+  from, to = from or 1, to or #list
+  for i = from, to, SLICE do
+    redis.call('HSET', key, unpack(list, i, math.min(i + SLICE - 1, to)))
+  end
+end
+
+-- HMGET of any number of fields, as one reply list.
+local function hmget_list(key, names)
+  if #names <= SLICE then return redis.call('HMGET', key, unpack(names)) end
+  local out = {}
+  for i = 1, #names, SLICE do
+    local part = redis.call('HMGET', key, unpack(names, i, math.min(i + SLICE - 1, #names)))
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
+end
+
 -- Constant-time comparison of two digests (hex strings), so that the time taken does not tell how
 -- many leading characters of a guess were right. `want` may be false/nil (nothing stored).
 local function same_digest(want, got)

@@ -14,5 +14,5 @@ for i = 3, #ARGV, 3 do
   writes[#writes + 1] = q .. ':hi'
   writes[#writes + 1] = hi
 end
-redis.call('HSET', key, unpack(writes))
+hset_pairs(key, writes)
 return 1
