@@ -65,14 +65,15 @@ def spawn(cmd: list[str], log_path: str, env: dict[str, str] | None = None) -> s
                                 start_new_session=True, env=env)
 
 
-def start_redis(port: int | None = None) -> Service:
+def start_redis(port: int | None = None, *extra: str) -> Service:
+    """A redis-server without persistence on loopback (``extra``: more of its options)."""
     exe = shutil.which("redis-server") or "/usr/bin/redis-server"
     if not os.path.exists(exe):
         raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
     port = port or free_port()
     work = tempfile.mkdtemp(prefix="mqgw-redis-")
     proc = spawn([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                   "--dir", work, "--protected-mode", "no", "--maxclients", "10000"],
+                   "--dir", work, "--protected-mode", "no", "--maxclients", "10000", *extra],
                   os.path.join(work, "redis.log"))
     wait_port(port, proc=proc)
     return Service("redis", port, proc, work, {"url": f"redis://127.0.0.1:{port}/0"})
@@ -245,23 +246,13 @@ class RedisSentinel:
         """Start the (stopped) data server of ``port`` again, empty, as a plain server: the
         sentinels make it a replica of whoever is primary now."""
         old = self.server(port)
-        new = _redis_server(port)
+        new = start_redis(port)
         self.servers[self.servers.index(old)] = new
         return new
 
     def stop(self) -> None:
         for s in (*self.sentinels, *self.servers):
             s.stop()
-
-
-def _redis_server(port: int, *extra: str) -> Service:
-    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
-    work = tempfile.mkdtemp(prefix="mqgw-rsentinel-")
-    proc = spawn([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                  "no", "--dir", work, "--protected-mode", "no", *extra],
-                 os.path.join(work, "redis.log"))
-    wait_port(port, proc=proc)
-    return Service("redis", port, proc, work)
 
 
 def start_redis_sentinel(replicas: int = 1, sentinels: int = 3, service: str = "mqgw",
@@ -272,10 +263,10 @@ def start_redis_sentinel(replicas: int = 1, sentinels: int = 3, service: str = "
     servers: list[Service] = []
     watchers: list[Service] = []
     try:
-        servers.append(_redis_server(free_port()))
+        servers.append(start_redis())
         primary = servers[0].port
         for _ in range(replicas):
-            servers.append(_redis_server(free_port(), "--replicaof", "127.0.0.1", str(primary)))
+            servers.append(start_redis(None, "--replicaof", "127.0.0.1", str(primary)))
         for _ in range(sentinels):
             port = free_port()
             work = tempfile.mkdtemp(prefix="mqgw-sentinel-")
