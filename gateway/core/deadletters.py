@@ -145,7 +145,7 @@ class DeadLetters:
             wm = await self.wm.get(topic)
             want = min(REDRIVE_BATCH, limit - moved) if limit is not None else REDRIVE_BATCH
             chosen = await self.store.choose(
-                CURSOR_CONSUMER, "", topic, wm, address="redrive",
+                CURSOR_CONSUMER, "", topic, self.wm.marks(topic) or wm, address="redrive",
                 default_timeout_ms=self.settings.relay_lock_ms, default_start="earliest",
                 client_idle_ms=self.settings.client_idle_ms, max_messages=want, open_mode=True,
                 skip=skip, restore=self.checkpoints is not None)

@@ -308,7 +308,7 @@ class Fetcher:
             await self.auth.require_consume(p.credential, p.consumer)  # 401/403 before 404
             raise
         chosen = await self.store.choose(
-            p.consumer, p.client_id, topic, wm, address=p.address,
+            p.consumer, p.client_id, topic, self.wm.marks(topic) or wm, address=p.address,
             default_timeout_ms=self.settings.consume_timeout_ms,
             default_start=p.start or self.settings.start_position,
             client_idle_ms=self.settings.client_idle_ms, max_messages=p.max_messages,

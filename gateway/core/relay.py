@@ -236,7 +236,7 @@ class Relay:
             return None
         for _ in range(2):  # a restore, then choose again
             chosen = await self.store.choose(
-                RELAY_CONSUMER, "", topic, wm, address=self.address,
+                RELAY_CONSUMER, "", topic, self.levels_wm.marks(topic) or wm, address=self.address,
                 default_timeout_ms=self.settings.relay_lock_ms, default_start="earliest",
                 client_idle_ms=self.settings.client_idle_ms, max_messages=self.settings.relay_batch,
                 open_mode=True, skip=skip, restore=self.checkpoints is not None)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ..broker import Broker, UnknownTopic, check_queue_id
 from ..config import node_id
 from ..store import OffsetStore
+from ..store.marks import MarkLog
 
 log = logging.getLogger("mqgw.watermarks")
 
@@ -36,9 +37,18 @@ LIST_EVERY_S = 1.0
 @dataclass(slots=True)
 class _Entry:
     read_at: float = 0.0  # monotonic seconds
-    queues: dict[str, tuple[int, int]] = field(default_factory=dict)
-    version: int = 0  # bumped whenever any high watermark moves: wakes long-polls
+    #: the copy, and which queues each change moved (choose.lua gets only those: store/marks.py)
+    marks: MarkLog = field(default_factory=MarkLog)
     inflight: asyncio.Future[None] | None = None  # the running refresh, if any
+
+    @property
+    def queues(self) -> dict[str, tuple[int, int]]:
+        return self.marks.queues
+
+    @property
+    def version(self) -> int:
+        """Grows whenever any high watermark moves: wakes long-polls."""
+        return self.marks.version
 
 
 class Watermarks:
@@ -95,6 +105,12 @@ class Watermarks:
     def version(self, topic: str) -> int:
         e = self._topics.get(topic)
         return e.version if e else 0
+
+    def marks(self, topic: str) -> MarkLog | None:
+        """This process's copy of ``topic``'s watermarks with its history (None before the first
+        :meth:`get`): what :meth:`.OffsetStore.choose` sends only the changes of."""
+        e = self._topics.get(topic)
+        return e.marks if e is not None else None
 
     async def get(self, topic: str) -> dict[str, tuple[int, int]]:
         """Watermarks of ``topic``; raises :class:`UnknownTopic`.
@@ -176,20 +192,21 @@ class Watermarks:
             return
         lo, hi = e.queues.get(queue, (0, 0))
         if high_watermark > hi:
-            e.queues = {**e.queues, queue: (lo, high_watermark)}
-            e.version += 1
+            e.marks.update({**e.queues, queue: (lo, high_watermark)}, (queue,))
 
     @staticmethod
     def _merge(e: _Entry, wm: dict[str, tuple[int, int]]) -> None:
         merged: dict[str, tuple[int, int]] = {}
-        changed = set(wm) != set(e.queues)
+        changed: list[str] = []
+        old = e.queues
         for q, (lo, hi) in wm.items():
-            olo, ohi = e.queues.get(q, (lo, hi))
+            olo, ohi = old.get(q, (-1, -1))
             merged[q] = (max(lo, olo), max(hi, ohi))
-            changed = changed or merged[q][1] != ohi
-        e.queues = merged
-        if changed:
-            e.version += 1
+            if merged[q][1] != ohi:  # new, or its high watermark moved
+                changed.append(q)
+        if set(old) - set(wm):  # a queue gone: no change to send, but long-polls look again
+            changed.append(next(iter(set(old) - set(wm))))
+        e.marks.update(merged, changed)
 
 
 def _log_failure(fut: asyncio.Future[None]) -> None:

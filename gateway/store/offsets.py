@@ -13,6 +13,7 @@ the alert state (:attr:`OffsetStore.alerts`) and the batched reads of the views
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 from typing import Any, NamedTuple, cast
@@ -25,6 +26,7 @@ from .connect import MAX_CONNECTIONS, POOL_TIMEOUT_S, connect, database, fields,
 from .delay import DelayStore
 from .instances import InstanceStore
 from .keys import KeyLayout, queue_field
+from .marks import MarkLog
 from .queues import QueueState, parse_queue_hash
 from .registry import RegistryStore
 from .registry_copy import RegistryCopyStore
@@ -77,6 +79,7 @@ class Chosen(IntEnum):
     REFUSED = 3  # {3, reason}: the caller may not consume here -> Refused
     RATE_LIMITED = 4  # {4, retry_after_ms} -> RateLimited
     NEEDS_RESTORE = 5  # {5, start}: a queue has no committed offset -> NeedsRestore
+    SEND_ALL = 6  # {6}: a delta request the script cannot serve: sent again with every queue
 
 
 class Refusal(str, Enum):
@@ -214,10 +217,22 @@ class ExtendResult(NamedTuple):
     timeout_ms: int  # the lock's new timeout, from now; 0 unless extended
 
 
+#: choose.lua rebuilds a topic's queue indexes from the hash when they are older than this: what
+#: a gateway that does not keep them wrote meanwhile (a rolling upgrade) heals within it. One scan
+#: of every queue per consumer hash and topic a minute (9 ms at 4,096 queues: BENCHMARKS.md).
+INDEX_REBUILD_MS = 60_000
+#: Consumer hashes and topics for which this process remembers which version of its watermark
+#: copy Redis absorbed (forgetting one costs one full request).
+ABSORBED_ENTRIES = 65_536
+
+
 class OffsetStore:
     def __init__(self, redis: Redis, prefix: str = "mqgw") -> None:
         self.redis = redis  # for this package (and tests that inspect Redis); nobody else
         self.prefix = prefix
+        self.index_rebuild_ms = INDEX_REBUILD_MS
+        #: (queue hash, topic, copy source) -> the copy's version the hash has absorbed
+        self._absorbed: OrderedDict[tuple[str, str, str], int] = OrderedDict()
         self.layout = KeyLayout(prefix, database(redis))  # channel names carry the database
         self._choose = scripts.register(redis, "choose")
         self._ack = scripts.register(redis, "ack")
@@ -269,7 +284,7 @@ class OffsetStore:
         consumer: str,
         client_id: str,
         topic: str,
-        watermarks: dict[str, tuple[int, int]],
+        watermarks: dict[str, tuple[int, int]] | MarkLog,
         *,
         address: str,
         default_timeout_ms: int,
@@ -287,18 +302,40 @@ class OffsetStore:
         recently used). ``credential`` None means auth is off. ``restore``: a cluster-mode
         queue with no committed offset answers :class:`NeedsRestore` (never given one here).
         ``registered_as``: the topic a registration must name, when ``topic`` is the
-        consumer's retry topic for it."""
+        consumer's retry topic for it.
+
+        ``watermarks``: a :class:`MarkLog` (the process's copy of the topic's watermarks with
+        its history) lets a hash that absorbed an earlier version of it get only the queues that
+        changed since, and choose.lua pick from its indexes in constant time; a plain dict is
+        sent whole (the scan of every queue)."""
         cred = credential or NO_CREDENTIAL
         now = now or now_ms()
-        args: list[Any] = [topic, now, default_timeout_ms, default_start, address,
+        head: list[Any] = [topic, now, default_timeout_ms, default_start, address,
                            client_id, client_idle_ms, f",{','.join(skip)}," if skip else "",
                            max_messages, int(open_mode), int(credential is not None),
                            cred.key_id, cred.sha256, int(restore), registered_as or topic]
-        for q, (lo, hi) in watermarks.items():
-            args += (q, lo, hi)
-        keys = [self.queues_key(consumer, client_id), self.config_key(consumer), self.clients_key(consumer),
+        hkey = self.queues_key(consumer, client_id)
+        keys = [hkey, self.config_key(consumer), self.clients_key(consumer),
                 self.grants_key(consumer), self.bucket_key(consumer)]
-        r = await self._choose(keys=keys, args=args)
+        log = watermarks if isinstance(watermarks, MarkLog) else None
+        queues = log.queues if log is not None else cast("dict[str, tuple[int, int]]", watermarks)
+        version = log.version if log is not None else 0
+        slot = (hkey, topic, log.source) if log is not None else None
+        since = self._absorbed.get(slot) if slot is not None else None
+        delta = log.changes_since(since) if log is not None and since is not None else None
+        if delta is not None:
+            r = await self._choose(keys=keys, args=self._choose_args(
+                head, "delta", log, since or 0, version, delta))
+            if Chosen(int(r[0])) is Chosen.SEND_ALL:
+                delta = None
+        if delta is None:
+            r = await self._choose(keys=keys, args=self._choose_args(
+                head, "full", log, 0, version, queues))
+        if slot is not None and Chosen(int(r[0])) in _ABSORBS:
+            self._absorbed[slot] = version
+            self._absorbed.move_to_end(slot)
+            if len(self._absorbed) > ABSORBED_ENTRIES:
+                self._absorbed.popitem(last=False)
         kind = Chosen(int(r[0]))
         if kind is Chosen.LOCKED:
             return Lock(text(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
@@ -312,6 +349,14 @@ class OffsetStore:
         if kind is Chosen.NEEDS_RESTORE:
             return NeedsRestore(text(r[1]))
         return RateLimited(int(r[1]))
+
+    def _choose_args(self, head: list[Any], mode: str, log: MarkLog | None, since: int,
+                     version: int, queues: dict[str, tuple[int, int]]) -> list[Any]:
+        args = [*head, mode, log.source if log is not None else "", since, version,
+                self.index_rebuild_ms]
+        for q, (lo, hi) in queues.items():
+            args += (q, lo, hi)
+        return args
 
     # -- offset checkpoints in the broker (core/checkpoint.py) ----------------------------------
     async def restore(self, consumer: str, topic: str, offsets: dict[str, int],
@@ -499,6 +544,12 @@ class OffsetStore:
     async def read_consumers(self, consumers: list[str]) -> list[ConsumerRead]:
         """Many consumers' config, queues and clientIds in two pipelined round trips (views.py)."""
         return await read_consumers(self.redis, self.layout, consumers)
+
+
+#: Replies after which the hash holds every watermark of the copy's version sent (a refusal,
+#: pause or rate limit returns before the watermarks are applied; a restore request before
+#: they all are).
+_ABSORBS = frozenset({Chosen.LOCKED, Chosen.NO_QUEUE})
 
 
 def _parse_watermarks(data: dict[str, str]) -> dict[str, tuple[int, int]]:

@@ -12,7 +12,13 @@
 --          loses no position (restore.lua)
 -- ARGV[15] the topic a registration must name: ARGV[1] itself, or for a consumer's retry topic
 --          the topic whose failures it holds
--- ARGV[16..] triples: queue id, low watermark, high watermark
+-- ARGV[16] 'full': the triples are every queue of the topic (the scan below, which also
+--          rebuilds the indexes); 'delta': only the queues whose watermarks changed after version
+--          ARGV[18] of the sender's copy (the indexed path, in time independent of the queues)
+-- ARGV[17] the sender's watermark copy ('' for none: a full request that records nothing)
+-- ARGV[18] the version of that copy the deltas start after  ARGV[19] the copy's version now
+-- ARGV[20] rebuild the indexes from the hash when they are older than this (ms)
+-- ARGV[21..] triples: queue id, low watermark, high watermark
 --
 -- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr
 -- (and t:q:ckp: core/checkpoint.py; t:q:rdl, how far the queue may have been handed out, and
@@ -33,6 +39,17 @@
 --   {4, retry_after_ms}      over the consumer's rate limit
 --   {5, start}               a queue has no committed offset: restore it first ('earliest' or
 --                            'latest', the start position of queues the checkpoint lacks)
+--   {6}                      a delta request that cannot be served: send every queue ('full')
+--
+-- Choosing in constant time (docs/design/constant-time-choose.md): the ready index holds the
+-- queues with a backlog and no live lock in choose order, the lock index the locked ones by lock
+-- time (prelude ix_keys). A delta request applies the watermark changes the node sends, moves
+-- expired locks back to ready, and takes the first ready queue not skipped that the hash confirms
+-- (a member the hash contradicts, written before a gateway that did not keep the indexes changed
+-- the hash, is fixed and passed). A full request scans every queue, as the design this follows
+-- does, and rebuilds the indexes; the node sends one when it has no version the hash absorbed,
+-- and the script asks for one ({6}) when the indexes are missing, older than ARGV[20] (so
+-- anything a gateway without them wrote heals within it) or from another Redis process.
 local key, cfgkey, clients, grants, bucket = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local topic, now, client = ARGV[1], tonumber(ARGV[2]), ARGV[6]
 
@@ -82,12 +99,147 @@ if rate and rate > 0 then
 end
 
 local skip = ARGV[8]
-local n = (#ARGV - 15) / 3
+local first = 21
+local n = (#ARGV - first + 1) / 3
 local restore = ARGV[14] == '1' and client == ''
+local source, since, version = ARGV[17], tonumber(ARGV[18]), ARGV[19]
+local rkey, lkey, xkey = ix_keys(key, topic)
+local run = run_id()
+
+-- Lock the chosen queue (both paths).
+local function lock_queue(best, best_com, best_max, best_lock, best_backlog)
+  local charged = 0
+  if tokens then  -- charge what this batch can at most return; a short read is refunded (refund.lua)
+    if best_backlog < allowance then allowance = best_backlog end
+    store_bucket(bucket, rate, burst, tokens - allowance, bucket_ts)
+    charged = 1
+  end
+  local p = topic .. ':' .. best .. ':'
+  seed_token(key, p .. 'tok')  -- the first token of a queue comes from the clock (prelude)
+  local tok = redis.call('HINCRBY', key, p .. 'tok', 1)
+  -- The handed-out mark (rdl): batches starting below it may hold records handed out before.
+  -- An expired lock's batch was handed out, and nobody said how far: up to its bound `out` (the
+  -- allowance it was granted; com + 1 for a lock taken by a gateway before `out`), so the mark
+  -- rises to it, whatever happens to this lock next (a read that fails and gives it back keeps
+  -- the mark). /unlock raises it to the batch's end (unlock.lua), a rewind to the old position
+  -- (reset.lua), a restore to the log's end (restore.lua).
+  local m = redis.call('HMGET', key, p .. 'rdl', p .. 'out')
+  local rdl = tonumber(m[1]) or 0
+  local lock_fields = {p .. 'lock', now, p .. 'acc', now, p .. 'addr', ARGV[5], p .. 'out',
+                       best_com + allowance}
+  if best_lock > 0 then
+    local handed = math.max(tonumber(m[2]) or 0, best_com + 1)
+    if handed > rdl then  -- written only when it rises: most locks leave it as it is
+      rdl = handed
+      lock_fields[#lock_fields + 1] = p .. 'rdl'
+      lock_fields[#lock_fields + 1] = rdl
+    end
+  end
+  redis.call('HSET', key, unpack(lock_fields))
+  redis.call('ZADD', lkey, now, best)
+  return {1, best, best_com, tok, best_max, best_lock, timeout, allowance, charged, rdl}
+end
+
+local function expire_all()
+  if client ~= '' then  -- idle clientIds' offsets (and their indexes) expire
+    for _, k in ipairs({key, rkey, lkey, xkey}) do redis.call('PEXPIRE', k, ARGV[7]) end
+  end
+end
+
+local function skipped(q) return string.find(skip, ',' .. q .. ',', 1, true) end
+
+if ARGV[16] == 'delta' then
+  local x = redis.call('HMGET', xkey, 'built', 'n:' .. source)
+  if not x[1] or clock_ms() - tonumber(x[1]) >= tonumber(ARGV[20])
+      or (tonumber(x[2]) or -1) < since or redis.call('HGET', key, topic .. ':era') ~= run then
+    return {6}
+  end
+  -- The watermarks that changed: raise max, start com, re-score the queue if it is not held.
+  for i = 0, n - 1 do
+    local q = ARGV[first + 3 * i]
+    local lo, hi = tonumber(ARGV[first + 1 + 3 * i]), tonumber(ARGV[first + 2 + 3 * i])
+    local p = topic .. ':' .. q .. ':'
+    local v = redis.call('HMGET', key, p .. 'max', p .. 'com', p .. 'lock', p .. 'acc')
+    local mx, com, lock = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]) or 0
+    if mx == nil or hi > mx then
+      mx = hi
+      redis.call('HSET', key, p .. 'max', mx)
+    end
+    if com == nil then
+      if restore then return {5, start} end
+      if start == 'earliest' then com = lo else com = mx end
+      redis.call('HSET', key, p .. 'com', com)
+    end
+    if mx > com and (lock == 0 or now - lock >= timeout) then
+      redis.call('ZADD', rkey, com - mx, ix_member(tonumber(v[4]) or 0, q))
+    end
+  end
+  if tonumber(version) > tonumber(x[2]) then redis.call('HSET', xkey, 'n:' .. source, version) end
+  -- Locks that ran out (with the current timeout: a shortened one applies to held locks) are
+  -- ready again; the hash keeps their lock time, which flags the takeover.
+  local gone = redis.call('ZRANGEBYSCORE', lkey, '-inf', now - timeout)
+  for _, q in ipairs(gone) do
+    redis.call('ZREM', lkey, q)
+    local p = topic .. ':' .. q .. ':'
+    local v = redis.call('HMGET', key, p .. 'max', p .. 'com', p .. 'lock', p .. 'acc')
+    local lock = tonumber(v[3]) or 0
+    if lock ~= 0 and now - lock < timeout then  -- extended by a gateway without the indexes
+      redis.call('ZADD', lkey, lock, q)
+    elseif (tonumber(v[1]) or 0) > (tonumber(v[2]) or 0) then
+      redis.call('ZADD', rkey, tonumber(v[2]) - tonumber(v[1]), ix_member(tonumber(v[4]) or 0, q))
+    end
+  end
+  -- The first ready queue not skipped that the hash confirms.
+  -- Pages of 2, then 16: the first member is nearly always the one (a page of 16 cost 12 us
+  -- more per call at 16 queues).
+  local fixes, offset, size = 0, 0, 2
+  while true do
+    local page = redis.call('ZRANGE', rkey, offset, offset + size - 1, 'WITHSCORES')
+    if #page == 0 then break end
+    local again = false
+    for j = 1, #page, 2 do
+      local member, score = page[j], tonumber(page[j + 1])
+      local acc_text, q = string.match(member, '^(%d+):(.+)$')
+      if not skipped(q) then
+        local p = topic .. ':' .. q .. ':'
+        local v = redis.call('HMGET', key, p .. 'max', p .. 'com', p .. 'lock', p .. 'acc')
+        local mx, com = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+        local lock, acc = tonumber(v[3]) or 0, tonumber(v[4]) or 0
+        if v[2] and mx - com > 0 and (lock == 0 or now - lock >= timeout)
+            and tonumber(acc_text) == acc and score == com - mx then
+          redis.call('ZREM', rkey, member)
+          local reply = lock_queue(q, com, mx, lock, mx - com)
+          expire_all()
+          return reply
+        end
+        -- The hash disagrees: held (a lock the index missed), no backlog, another backlog or
+        -- access time. Fix the entry and look again from the top.
+        redis.call('ZREM', rkey, member)
+        if v[2] and lock ~= 0 and now - lock < timeout then
+          redis.call('ZADD', lkey, lock, q)
+        elseif v[2] and mx - com > 0 then
+          redis.call('ZADD', rkey, com - mx, ix_member(acc, q))
+        end
+        fixes = fixes + 1
+        if fixes > 64 then return {6} end
+        again, offset = true, 0  -- a re-scored entry may now sort before the skipped ones
+        break
+      end
+      offset = offset + 1
+    end
+    if not again and #page < 2 * size then break end
+    size = 16
+  end
+  expire_all()
+  local head = redis.call('ZRANGE', lkey, 0, 0, 'WITHSCORES')
+  if #head == 0 then return {0, -1} end
+  return {0, tonumber(head[2]) + timeout}
+end
+
 if n == 0 then return {0, -1} end
 local names = {}
 for i = 0, n - 1 do
-  local p = topic .. ':' .. ARGV[16 + 3 * i] .. ':'
+  local p = topic .. ':' .. ARGV[first + 3 * i] .. ':'
   names[4 * i + 1] = p .. 'max'
   names[4 * i + 2] = p .. 'com'
   names[4 * i + 3] = p .. 'lock'
@@ -103,16 +255,15 @@ local vals = hmget_list(key, names)
 -- node knows it, as a restore after a Redis loss does (restore.lua), and its token jumps to the
 -- clock's (never below one handed out before). A hash without the field (new, or from before it)
 -- just takes it.
-local run = run_id()
 if vals[4 * n + 1] ~= run then
   local era = {topic .. ':era', run}
   if vals[4 * n + 1] then
     local marks = {}
-    for i = 0, n - 1 do marks[i + 1] = topic .. ':' .. ARGV[16 + 3 * i] .. ':rdl' end
+    for i = 0, n - 1 do marks[i + 1] = topic .. ':' .. ARGV[first + 3 * i] .. ':rdl' end
     local old = hmget_list(key, marks)
     for i = 0, n - 1 do
-      local p = topic .. ':' .. ARGV[16 + 3 * i] .. ':'
-      local bound = math.max(tonumber(ARGV[18 + 3 * i]), tonumber(vals[4 * i + 1]) or 0)
+      local p = topic .. ':' .. ARGV[first + 3 * i] .. ':'
+      local bound = math.max(tonumber(ARGV[first + 2 + 3 * i]), tonumber(vals[4 * i + 1]) or 0)
       if bound > (tonumber(old[i + 1]) or 0) then
         era[#era + 1] = p .. 'rdl'
         era[#era + 1] = bound
@@ -126,9 +277,10 @@ end
 local writes = {}
 local best, best_backlog, best_acc, best_com, best_max, best_lock = nil, 0, 0, 0, 0, 0
 local wake = -1
+local ready, held = {}, {}  -- the indexes, rebuilt from what this scan sees
 for i = 0, n - 1 do
-  local q = ARGV[16 + 3 * i]
-  local lo, hi = tonumber(ARGV[17 + 3 * i]), tonumber(ARGV[18 + 3 * i])
+  local q = ARGV[first + 3 * i]
+  local lo, hi = tonumber(ARGV[first + 1 + 3 * i]), tonumber(ARGV[first + 2 + 3 * i])
   local mx, com = tonumber(vals[4 * i + 1]), tonumber(vals[4 * i + 2])
   local lock, acc = tonumber(vals[4 * i + 3]) or 0, tonumber(vals[4 * i + 4]) or 0
   if mx == nil or hi > mx then
@@ -143,9 +295,18 @@ for i = 0, n - 1 do
     writes[#writes + 1] = com
   end
   local backlog = mx - com
-  if backlog > 0 and not string.find(skip, ',' .. q .. ',', 1, true) then
-    if lock == 0 or now - lock >= timeout then
-      if best == nil or backlog > best_backlog or (backlog == best_backlog and acc < best_acc) then
+  local free = lock == 0 or now - lock >= timeout
+  if lock ~= 0 and not free then
+    held[#held + 1] = lock
+    held[#held + 1] = q
+  elseif backlog > 0 then
+    ready[#ready + 1] = -backlog
+    ready[#ready + 1] = ix_member(acc, q)
+  end
+  if backlog > 0 and not skipped(q) then
+    if free then
+      if best == nil or backlog > best_backlog or (backlog == best_backlog
+          and (acc < best_acc or (acc == best_acc and q < best))) then
         best, best_backlog, best_acc, best_com, best_max, best_lock = q, backlog, acc, com, mx, lock
       end
     elseif wake < 0 or lock + timeout < wake then
@@ -154,35 +315,20 @@ for i = 0, n - 1 do
   end
 end
 if #writes > 0 then hset_pairs(key, writes) end
-if client ~= '' then redis.call('PEXPIRE', key, ARGV[7]) end  -- idle clientIds' offsets expire
-if best == nil then return {0, wake} end
-
-local charged = 0
-if tokens then  -- charge what this batch can at most return; a short read is refunded (refund.lua)
-  if best_backlog < allowance then allowance = best_backlog end
-  store_bucket(bucket, rate, burst, tokens - allowance, bucket_ts)
-  charged = 1
+redis.call('DEL', rkey, lkey)
+for i = 1, #ready, SLICE do
+  redis.call('ZADD', rkey, unpack(ready, i, math.min(i + SLICE - 1, #ready)))
 end
-local p = topic .. ':' .. best .. ':'
-seed_token(key, p .. 'tok')  -- the first token of a queue comes from the clock (prelude)
-local tok = redis.call('HINCRBY', key, p .. 'tok', 1)
--- The handed-out mark (rdl): batches starting below it may hold records handed out before.
--- An expired lock's batch was handed out, and nobody said how far: up to its bound `out` (the
--- allowance it was granted; com + 1 for a lock taken by a gateway before `out`), so the mark
--- rises to it, whatever happens to this lock next (a read that fails and gives it back keeps the
--- mark). /unlock raises it to the batch's end (unlock.lua), a rewind to the old position
--- (reset.lua), a restore to the log's end (restore.lua).
-local m = redis.call('HMGET', key, p .. 'rdl', p .. 'out')
-local rdl = tonumber(m[1]) or 0
-local lock_fields = {p .. 'lock', now, p .. 'acc', now, p .. 'addr', ARGV[5], p .. 'out',
-                     best_com + allowance}
-if best_lock > 0 then
-  local handed = math.max(tonumber(m[2]) or 0, best_com + 1)
-  if handed > rdl then  -- written only when it rises: most locks leave it as it is
-    rdl = handed
-    lock_fields[#lock_fields + 1] = p .. 'rdl'
-    lock_fields[#lock_fields + 1] = rdl
-  end
+for i = 1, #held, SLICE do
+  redis.call('ZADD', lkey, unpack(held, i, math.min(i + SLICE - 1, #held)))
 end
-redis.call('HSET', key, unpack(lock_fields))
-return {1, best, best_com, tok, best_max, best_lock, timeout, allowance, charged, rdl}
+if redis.call('HLEN', xkey) > 64 then redis.call('DEL', xkey) end  -- sources of nodes gone
+redis.call('HSET', xkey, 'built', clock_ms())
+if source ~= '' then redis.call('HSET', xkey, 'n:' .. source, version) end
+local reply = {0, wake}
+if best ~= nil then
+  redis.call('ZREM', rkey, ix_member(best_acc, best))
+  reply = lock_queue(best, best_com, best_max, best_lock, best_backlog)
+end
+expire_all()
+return reply

@@ -19,4 +19,5 @@ local refusal, com, lock = batch_refusal(key, p, tonumber(ARGV[2]), tonumber(ARG
 if refusal then return {refusal, com, 0} end
 if lock == 0 then return {'not_locked', com, 0} end
 redis.call('HSET', key, p .. 'lock', ARGV[5])
+ix_place(key, p)
 return {'extended', com, lock_timeout(KEYS[2], ARGV[6])}

@@ -118,6 +118,65 @@ local function store_bucket(bucket, rate, burst, tokens, ts)
 end
 
 
+-- The indexes over one topic's queues in a consumer hash (choose.lua; docs/design/
+-- constant-time-choose.md), named from the hash's key, so in its slot:
+--   <key>:ir:<topic>  zset  queues with a backlog and no live lock: score -(max - com), member
+--                           '<acc, 13 digits>:<queue>' (equal scores sort by member: the least
+--                           recently accessed first, then the queue id: choose.lua's order)
+--   <key>:il:<topic>  zset  locked queues, scored by lock time (ms)
+--   <key>:ix:<topic>  hash  `built` (Redis' clock when the indexes were last rebuilt from the
+--                           hash) and `n:<source>` (the version of a node's watermark copy the
+--                           hash has absorbed: that node sends only what changed after it)
+-- The hash stays the truth: the indexes are hints that choose.lua checks against it, and
+-- rebuilds (its full path) when they are missing, old or the hash changed process (era).
+local function ix_keys(key, topic)
+  return key .. ':ir:' .. topic, key .. ':il:' .. topic, key .. ':ix:' .. topic
+end
+
+-- A queue's member in the ready index.
+local function ix_member(acc, q)
+  return string.format('%013d', acc) .. ':' .. q
+end
+
+-- Index keys written outside choose.lua live as long as the hash (a broadcast clientId's expires
+-- when idle).
+local function ix_expire_like(key, names)
+  local ttl = redis.call('PTTL', key)
+  if ttl > 0 then
+    for _, k in ipairs(names) do redis.call('PEXPIRE', k, ttl) end
+  end
+end
+
+-- Put the queue whose fields start with `p` ('topic:queue:') where its hash fields say, after
+-- ack.lua, unlock.lua or extend.lua changed them: locked -> the lock index; else with a backlog ->
+-- the ready index. Only while the topic's indexes are kept. A ready member of an older `acc` may
+-- remain: choose.lua drops it when it meets it (the hash disagrees).
+local function ix_place(key, p)
+  local topic, q = string.match(p, '^(.*):([^:]+):$')
+  local r, l, x = ix_keys(key, topic)
+  if redis.call('EXISTS', x) == 0 then return end
+  local v = redis.call('HMGET', key, p .. 'max', p .. 'com', p .. 'lock', p .. 'acc')
+  local lock = tonumber(v[3]) or 0
+  if lock ~= 0 then
+    redis.call('ZADD', l, lock, q)
+    ix_expire_like(key, {l})
+    return
+  end
+  redis.call('ZREM', l, q)
+  local backlog = (tonumber(v[1]) or 0) - (tonumber(v[2]) or 0)
+  if backlog > 0 then
+    redis.call('ZADD', r, -backlog, ix_member(tonumber(v[4]) or 0, q))
+    ix_expire_like(key, {r})
+  end
+end
+
+-- Forget a topic's indexes (a reset or a restore moved offsets of many queues): the next choose
+-- rebuilds them from the hash.
+local function ix_drop(key, topic)
+  local r, l, x = ix_keys(key, topic)
+  redis.call('DEL', r, l, x)
+end
+
 -- Whether the batch [off, nxt) fetched under lock token `token` may still be acted on (ack.lua
 -- commits it, extend.lua extends its lock): nil if so, else why not; then the queue's committed
 -- offset, lock time and max offset. The order of the checks is the one ack.lua's header (and the
@@ -157,5 +216,6 @@ local function ack_batch(key, config_key, p, off, nxt, token, now, default_ms, h
   end
   if check_only then return {'committed', com, state} end
   redis.call('HSET', key, p .. 'com', nxt, p .. 'lock', 0, p .. 'acc', now)
+  ix_place(key, p)
   return {'committed', nxt, state}
 end

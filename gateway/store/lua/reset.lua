@@ -23,6 +23,7 @@ for i = 3, #ARGV, 2 do
   out[#out + 1] = old
   out[#out + 1] = new
 end
+ix_drop(key, topic)  -- many queues moved: choose.lua rebuilds the indexes
 local ttl = tonumber(ARGV[2])
 if ttl > 0 and redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, ttl) end
 return out

@@ -27,4 +27,5 @@ for i = 2, #ARGV, 3 do
   end
   redis.call('HDEL', key, p .. 'sta')
 end
+if seeded > 0 then ix_drop(key, topic) end  -- choose.lua rebuilds the indexes
 return seeded

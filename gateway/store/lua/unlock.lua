@@ -22,4 +22,5 @@ if handed > (tonumber(v[5]) or 0) then
 else
   redis.call('HSET', key, p .. 'lock', 0)
 end
+ix_place(key, p)
 return {'unlocked', com}
