@@ -17,6 +17,10 @@ each have a slot of their own.
                                     plus ``poll`` and ``topic:era`` (the Redis process that
                                     chose last: choose.lua)
 ``P:{G}:q:<clientId>``      hash    the same, one per broadcast clientId (expires when idle)
+``<queues>:ir:<topic>``     zset    a queue hash's ready index over one topic (choose.lua;
+                                    named in Lua by prelude ``ix_keys``, as are the next two)
+``<queues>:il:<topic>``     zset    its lock index
+``<queues>:ix:<topic>``     hash    its state: ``built``, ``n:<source>`` (docs/redis.md)
 ``P:{G}:clients``           zset    broadcast clientIds scored by last-seen time (ms)
 ``P:{G}:cfg``               hash    the consumer's registration and settings (core/registry.py)
 ``P:{G}:auth``              hash    API keys that may consume as G: key id -> sha256 of the key

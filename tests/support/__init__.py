@@ -228,14 +228,16 @@ def node_env(redis_url: str, bootstrap: str, **settings: Any) -> dict[str, str]:
 
 
 def start_node(redis_url: str, bootstrap: str, tmp: Path, workers: int = 1, port: int | None = None,
-               start_timeout: float = 30, **settings: Any) -> Node:
+               start_timeout: float = 30, source: Path | None = None, **settings: Any) -> Node:
+    """A gateway node; ``source``: a folder holding another version's ``gateway`` package to
+    run instead of this one (``python -m`` finds the working directory's first)."""
     port = port or devstack.free_port()  # a given port: a client is already trying it
     env = node_env(redis_url, bootstrap, **settings)
     log = tmp / f"node-{port}.log"
     with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
         # The command line of `mqgw serve`: its connection rules (gateway/api/server.py) included.
         proc = subprocess.Popen(_serve_cmd("127.0.0.1", port, workers),
-                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                cwd=source or ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     node = Node(f"http://127.0.0.1:{port}", proc, log)
     deadline = time.monotonic() + start_timeout

@@ -186,3 +186,12 @@ async def test_broadcast_indexes_expire_with_the_client_offsets(store: OffsetSto
     for k in names:
         if await store.redis.exists(k):
             assert 0 < await store.redis.pttl(k) <= 50_000, k
+
+
+async def test_index_keys_are_not_taken_for_queue_hashes(store: OffsetStore) -> None:
+    """The snapshot's SCAN matches ``P:{G}:q*``: the index keys must not parse as queue hashes
+    (they are deleted with the consumer's offsets: ``P:{G}:q:*``)."""
+    for key in (store.queues_key("g"), store.queues_key("g", "c1")):
+        for kind in ("ir", "il", "ix"):
+            assert store.layout.parse_queue_key(f"{key}:{kind}:{T}") is None
+    assert store.layout.parse_queue_key(store.queues_key("g", "c1")) == ("g", "c1")
