@@ -195,3 +195,20 @@ async def test_index_keys_are_not_taken_for_queue_hashes(store: OffsetStore) -> 
         for kind in ("ir", "il", "ix"):
             assert store.layout.parse_queue_key(f"{key}:{kind}:{T}") is None
     assert store.layout.parse_queue_key(store.queues_key("g", "c1")) == ("g", "c1")
+
+
+async def test_the_relay_settle_keeps_the_indexes(store: OffsetStore) -> None:
+    """relay_settle.lua frees a queue (it is chosen again at once, not after its lock would have
+    run out) or parks it (its park time is the wake-up)."""
+    log = MarkLog({"0": (0, 10)})
+    key = store.queues_key("relay")
+    lock = await store.choose("relay", "", T, log, **DEFAULTS, now=1_000, max_messages=2)
+    assert isinstance(lock, Lock)
+    await store.delay.settle(key, T, "0", 0, 2, lock.token, 0, TIMEOUT)
+    again = await store.choose("relay", "", T, log, **DEFAULTS, now=1_001, max_messages=2)
+    assert isinstance(again, Lock) and again.committed == 2
+    await store.delay.settle(key, T, "0", 2, 4, again.token, 50_000, TIMEOUT)  # parked
+    parked = await store.choose("relay", "", T, log, **DEFAULTS, now=1_002)
+    assert isinstance(parked, NoQueue) and parked.wake_ms == 50_000
+    due = await store.choose("relay", "", T, log, **DEFAULTS, now=50_000)
+    assert isinstance(due, Lock) and due.committed == 4

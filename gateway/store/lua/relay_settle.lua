@@ -20,4 +20,5 @@ local nxt, park = tonumber(ARGV[3]), tonumber(ARGV[5])
 local lock = 0
 if park > 0 then lock = park - tonumber(ARGV[6]) end
 redis.call('HSET', key, p .. 'com', nxt, p .. 'lock', lock)
+ix_place(key, p)  -- parked: in the lock index until its head is due; freed: ready if it has more
 return {'settled', nxt}
