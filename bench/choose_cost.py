@@ -13,8 +13,8 @@ Three ways, alternately in one run: ``scan`` (the watermarks as a dict: choose.l
 what every /message did before issue 35), ``index`` (the process's MarkLog with nothing changed:
 the delta path, the common case), ``index+1`` (one queue's high watermark moved before each call,
 as a fetch response's does; one consumer, so each request carries that one change: with G
-groups in turn each carries the G changes since its last). ``unlock`` is unlock.lua's time on the indexed consumer (it places
-the queue back in the ready index, as an ack does).
+groups in turn each carries the G changes since its last). ``unlock`` is unlock.lua's time on
+the indexed consumer (it places the queue back in the ready index, as an ack does).
 """
 
 from __future__ import annotations

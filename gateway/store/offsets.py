@@ -12,6 +12,7 @@ the alert state (:attr:`OffsetStore.alerts`) and the batched reads of the views
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -233,6 +234,8 @@ class OffsetStore:
         self.index_rebuild_ms = INDEX_REBUILD_MS
         #: (queue hash, topic, copy source) -> the copy's version the hash has absorbed
         self._absorbed: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        #: the same -> the full request under way for it (others wait for it)
+        self._first: dict[tuple[str, str, str], asyncio.Future[None]] = {}
         self.layout = KeyLayout(prefix, database(redis))  # channel names carry the database
         self._choose = scripts.register(redis, "choose")
         self._ack = scripts.register(redis, "ack")
@@ -318,10 +321,35 @@ class OffsetStore:
         keys = [hkey, self.config_key(consumer), self.clients_key(consumer),
                 self.grants_key(consumer), self.bucket_key(consumer)]
         log = watermarks if isinstance(watermarks, MarkLog) else None
-        queues = log.queues if log is not None else cast("dict[str, tuple[int, int]]", watermarks)
-        version = log.version if log is not None else 0
         slot = (hkey, topic, log.source) if log is not None else None
         since = self._absorbed.get(slot) if slot is not None else None
+        first = None
+        if slot is not None and since is None:
+            # One full request per hash and copy: others that come meanwhile wait for it and then
+            # send only what changed (16 consumers starting at once on 4,096 partitions each
+            # sent every queue: 16 scans of 16 ms).
+            running = self._first.get(slot)
+            if running is not None:
+                await asyncio.shield(running)
+                since = self._absorbed.get(slot)
+            else:
+                first = self._first[slot] = asyncio.get_running_loop().create_future()
+        try:
+            return await self._choose_with(keys, head, watermarks, slot, since, now)
+        finally:
+            if first is not None:
+                del self._first[slot]  # type: ignore[arg-type]
+                first.set_result(None)
+
+    async def _choose_with(
+        self, keys: list[str], head: list[Any], watermarks: dict[str, tuple[int, int]] | MarkLog,
+        slot: tuple[str, str, str] | None, since: int | None, now: int,
+    ) -> Lock | NoQueue | Paused | Refused | RateLimited | NeedsRestore:
+        """choose.lua with only the changes since ``since`` (the version of ``watermarks`` the
+        hash absorbed, None: unknown), or with every queue when that cannot be served."""
+        log = watermarks if isinstance(watermarks, MarkLog) else None
+        queues = watermarks.queues if isinstance(watermarks, MarkLog) else watermarks
+        version = log.version if log is not None else 0
         delta = log.changes_since(since) if log is not None and since is not None else None
         if delta is not None:
             r = await self._choose(keys=keys, args=self._choose_args(

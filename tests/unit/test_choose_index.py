@@ -212,3 +212,16 @@ async def test_the_relay_settle_keeps_the_indexes(store: OffsetStore) -> None:
     assert isinstance(parked, NoQueue) and parked.wake_ms == 50_000
     due = await store.choose("relay", "", T, log, **DEFAULTS, now=50_000)
     assert isinstance(due, Lock) and due.committed == 4
+
+
+async def test_concurrent_first_requests_send_every_queue_once(store: OffsetStore) -> None:
+    """Consumers that start together wait for the first full request, then send only changes
+    (each sending every queue cost 16 scans of 16 ms at 4,096 partitions)."""
+    import asyncio
+
+    log = MarkLog({str(q): (0, 10) for q in range(100)})
+    sent = args_sent(store)
+    locks = await asyncio.gather(*(store.choose("g", "", T, log, **DEFAULTS, max_messages=1)
+                                   for _ in range(8)))
+    assert len({lock.queue for lock in locks if isinstance(lock, Lock)}) == 8
+    assert [a[15] for a in sent].count("full") == 1
