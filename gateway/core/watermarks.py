@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ..broker import Broker, UnknownTopic, check_queue_id
 from ..config import node_id
 from ..store import OffsetStore
-from ..store.marks import MarkLog
+from ..store.marks import MarkLog, SharedCopy
 
 log = logging.getLogger("mqgw.watermarks")
 
@@ -39,6 +39,8 @@ class _Entry:
     read_at: float = 0.0  # monotonic seconds
     #: the copy, and which queues each change moved (choose.lua gets only those: store/marks.py)
     marks: MarkLog = field(default_factory=MarkLog)
+    #: the shared copy in Redis as last read: the next read gets only what moved since
+    shared: SharedCopy | None = None
     inflight: asyncio.Future[None] | None = None  # the running refresh, if any
 
     @property
@@ -150,12 +152,12 @@ class Watermarks:
 
     async def _refresh(self, topic: str, e: _Entry) -> None:
         try:
-            wm = await self._read_shared(topic, strict=True)
+            e.shared = await self._read_shared(topic, strict=True, have=e.shared)
         except UnknownTopic:
             self._unknown[topic] = time.monotonic() + 1.0
             self._topics.pop(topic, None)
             raise
-        self._merge(e, wm)
+        self._merge(e, e.shared.queues)
         e.read_at = time.monotonic()
 
     async def shared(self, topic: str) -> dict[str, tuple[int, int]]:
@@ -163,27 +165,30 @@ class Watermarks:
         this process wins the refresh lease (as the consume path refreshes them), without the
         process cache: for views that read each topic once. An unknown or unreachable topic is
         logged and answers the stored copy (possibly empty): stored offsets still count."""
-        return await self._read_shared(topic, strict=False)
+        return (await self._read_shared(topic, strict=False)).queues
 
-    async def _read_shared(self, topic: str, strict: bool) -> dict[str, tuple[int, int]]:
-        """Read the shared copy, taking the refresh lease if it is stale; with the lease (or no
-        copy at all) ask the broker and store what it says (watermarks only move forward).
-        ``strict``: broker errors are raised, else logged and the stored copy returned."""
-        lease, wm, _ts = await self.store.read_watermarks(topic, self.refresh_ms, self.node_id)
+    async def _read_shared(self, topic: str, strict: bool,
+                           have: SharedCopy | None = None) -> SharedCopy:
+        """Read the shared copy (only what moved since ``have``), taking the refresh lease if it
+        is stale; with the lease (or no copy at all) ask the broker and store what it says
+        (watermarks only move forward). ``strict``: broker errors are raised, else logged and
+        the stored copy returned."""
+        lease, copy, _ts = await self.store.read_watermarks(topic, self.refresh_ms, self.node_id,
+                                                            have)
+        wm = copy.queues
         if lease or not wm:
             try:
                 fresh = await self.broker.watermarks(topic)
                 for q in fresh:  # an adapter's ids end up in Redis fields and comma lists
                     check_queue_id(q)
-                await self.store.write_watermarks(topic, fresh)
+                written = await self.store.write_watermarks(topic, fresh, copy)
             except Exception as e:
                 if strict:
                     raise
                 log.info("watermarks of %s unavailable: %r", topic, e)
-                return wm
-            wm = {q: (max(lo, wm.get(q, (0, 0))[0]), max(hi, wm.get(q, (0, 0))[1]))
-                  for q, (lo, hi) in fresh.items()}
-        return wm
+                return copy
+            copy = written
+        return copy
 
     def observe(self, topic: str, queue: str, high_watermark: int) -> None:
         """Raise a queue's high watermark from a fetch response (ListOffsets may lag behind)."""

@@ -28,8 +28,10 @@ each have a slot of their own.
 ``P:{G}:inst:<instance>``   hash    a REST v2 consumer instance: settings, subscription, batches
                                     fetched and not yet committed (store/instances.py; expires
                                     when idle)
-``P:{wm:<topic>}``          hash    broker watermarks ``queue:lo|hi``, ``queues``, ``ts``
+``P:{wm:<topic>}``          hash    broker watermarks ``queue:lo|hi``, ``queues``, ``ts``, ``ver``,
+                                    ``vts``, ``qver`` (watermarks_put.lua)
 ``P:{wm:<topic>}:lease``    string  who refreshes the watermarks this interval
+``P:{wm:<topic>}:chg``      zset    queue -> the copy's version (``ver``) it last moved at
 ``P:{reg}:consumers``       set     registered consumer names
 ``P:{reg}:seen_at``         zset    unregistered consumers that fetched or got settings, scored by
                                     when (ms; re-added each minute; pruned after client_idle_ms)
@@ -135,6 +137,11 @@ class KeyLayout:
 
     def watermark_lease(self, topic: str) -> str:
         return f"{self.watermarks(topic)}:lease"
+
+    def watermark_changes(self, topic: str) -> str:
+        """The watermark copy's change index: each queue scored by the copy version it last
+        moved at (watermarks_put.lua), so readers read only what moved."""
+        return f"{self.watermarks(topic)}:chg"
 
     def checkpoint_lease(self, what: Literal["lease", "full"] = "lease") -> str:
         return f"{self.prefix}:{{ckpt}}:{what}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 #: Versions of history kept. Each entry is the set of queues one refresh or one fetch response
 #: changed; a consumer hash that absorbed a version older than this gets a full request.
@@ -60,3 +61,14 @@ class MarkLog:
                 names |= changed
             hit = self._cache[since] = {q: self.queues[q] for q in names if q in self.queues}
         return hit
+
+
+@dataclass(slots=True)
+class SharedCopy:
+    """The watermark copy in Redis (``P:{wm:<topic>}``) as a process last read it: its version
+    (None: unversioned, written by a gateway before versions, or never read) and its queues.
+    Given back to :meth:`.OffsetStore.read_watermarks`, it is brought up to date with what moved
+    since (watermarks.lua), not read whole."""
+
+    version: int | None = None
+    queues: dict[str, tuple[int, int]] = field(default_factory=dict)

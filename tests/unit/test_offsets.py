@@ -254,3 +254,68 @@ async def test_reset_sets_offsets_and_a_held_batch_can_no_longer_commit(store: O
     assert (r.result, r.committed) == ("offset_reset", 30)
     nxt = await store.choose(G, "", T, wm, **DEFAULTS, skip={"0", "1"} - {held.queue})
     assert isinstance(nxt, Lock) and (nxt.queue, nxt.committed) == (held.queue, 30)
+
+
+async def test_a_watermark_refresh_writes_only_the_queues_that_moved(store: OffsetStore) -> None:
+    """The lease holder's refresh sends only queues ahead of the copy it has just read (at 4,096
+    partitions writing all cost 9.8 ms of Redis every 200 ms); the copy is complete either way."""
+    wm = {str(q): (0, 10) for q in range(50)}
+    await store.write_watermarks(T, wm)
+    _lease, stored, _ts = await store.read_watermarks(T, 1_000, "n1")
+    sent: list[list[Any]] = []
+    inner = store._wm_put
+
+    async def spy(keys: list[str], args: list[Any]) -> Any:
+        sent.append(list(args))
+        return await inner(keys=keys, args=args)
+
+    store._wm_put = spy  # type: ignore[assignment]
+    fresh = {**wm, "7": (0, 12), "50": (0, 1), "3": (0, 9)}  # one moved, one new, one behind
+    await store.write_watermarks(T, fresh, stored)
+    assert sent[-1][2:] == ["7", 0, 12, "50", 0, 1]
+    assert await store.shared_watermarks(T) == {**wm, "7": (0, 12), "50": (0, 1)}
+
+
+async def test_a_watermark_read_gets_only_what_moved_since_the_copy_it_holds(
+        store: OffsetStore) -> None:
+    """A process that read the shared copy before reads only the queues that moved since
+    (watermarks.lua's delta); partitions added come with the new list; a copy written by a
+    gateway without versions (a rolling upgrade) is read whole."""
+    wm = {str(q): (0, 10) for q in range(200)}
+    await store.write_watermarks(T, wm)
+    _, have, _ = await store.read_watermarks(T, 60_000, "n1")
+    assert have.version is not None and have.queues == wm
+    replies: list[Any] = []
+    inner = store._wm_get
+
+    async def spy(keys: list[str], args: list[Any]) -> Any:
+        replies.append(r := await inner(keys=keys, args=args))
+        return r
+
+    store._wm_get = spy  # type: ignore[assignment]
+    _, same, _ = await store.read_watermarks(T, 60_000, "n1", have)
+    assert same.queues == wm and len(replies[-1]) == 5  # nothing moved: nothing read
+    await store.write_watermarks(T, {**wm, "7": (2, 30)}, have)
+    _, moved, _ = await store.read_watermarks(T, 60_000, "n1", same)
+    assert moved.queues == {**wm, "7": (2, 30)} and replies[-1][5:] == [b"7", b"2", b"30"]
+    await store.write_watermarks(T, {**moved.queues, "200": (0, 4)}, moved)  # a partition added
+    _, grown, _ = await store.read_watermarks(T, 60_000, "n1", moved)
+    assert grown.queues == {**moved.queues, "200": (0, 4)}
+    assert grown.version is not None and moved.version is not None
+    assert grown.version > moved.version
+    # an older gateway's refresh: plain fields, no version
+    await store.redis.hset(store.layout.watermarks(T), mapping={"ts": 123, "3:hi": 99})
+    _, whole, _ = await store.read_watermarks(T, 60_000, "n1", grown)
+    assert whole.queues["3"] == (0, 99) and replies[-1][1] == b"full"
+
+
+async def test_the_refreshing_process_knows_the_version_it_wrote(store: OffsetStore) -> None:
+    """The lease holder's next read is a delta too, unless another write came between."""
+    wm = {str(q): (0, 10) for q in range(20)}
+    await store.write_watermarks(T, wm)
+    _, have, _ = await store.read_watermarks(T, 60_000, "n1")
+    written = await store.write_watermarks(T, {**wm, "1": (0, 11)}, have)
+    assert written.version is not None and written.version > (have.version or 0)
+    assert written.queues["1"] == (0, 11)
+    stale = await store.write_watermarks(T, {**wm, "2": (0, 12)}, have)  # "have" is old now
+    assert stale.version is None
