@@ -324,7 +324,9 @@ for i = 1, #held, SLICE do
 end
 if redis.call('HLEN', xkey) > 64 then redis.call('DEL', xkey) end  -- sources of nodes gone
 redis.call('HSET', xkey, 'built', clock_ms())
-if source ~= '' then redis.call('HSET', xkey, 'n:' .. source, version) end
+if source ~= '' and tonumber(version) > (tonumber(redis.call('HGET', xkey, 'n:' .. source)) or -1) then
+  redis.call('HSET', xkey, 'n:' .. source, version)  -- only forward: calls of one node may cross
+end
 local reply = {0, wake}
 if best ~= nil then
   redis.call('ZREM', rkey, ix_member(best_acc, best))
