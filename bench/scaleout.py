@@ -45,7 +45,8 @@ PHASES = ("noop", "p1", "p100", "f32", "f1000")
 
 
 def redis_stats(ports: list[int]) -> dict[str, int]:
-    """Commands and script calls every Redis node processed so far, summed."""
+    """Commands and script calls every Redis node processed so far, summed; ``usec:<command>``:
+    the time Redis spent in each command (a script's own commands count in its EVALSHA too)."""
     import redis
 
     out = {"commands": 0, "scripts": 0}
@@ -58,6 +59,9 @@ def redis_stats(ports: list[int]) -> dict[str, int]:
             r.close()
         out["scripts"] += sum(int(v["calls"]) for k, v in stats.items()
                               if k in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall"))
+        for k, v in stats.items():
+            name = "usec:" + k.removeprefix("cmdstat_")
+            out[name] = out.get(name, 0) + int(v["usec"])
     return out
 
 
@@ -137,7 +141,11 @@ def merge(results: list[dict[str, Any]], cpu: dict[str, float], c0: dict[str, in
     out["redis_per_request"] = {
         "scripts": round((c1["scripts"] - c0["scripts"]) / max(total, 1), 3),
         "commands": round((c1["commands"] - c0["commands"]) / max(total, 1), 3),
-        "cpu_us": round(redis_cpu / 100 * 1e6 / per_s, 1)}
+        "cpu_us": round(redis_cpu / 100 * 1e6 / per_s, 1),
+        # where Redis' time went, per request: the top commands by time (scripts include theirs)
+        "top_us": dict(sorted(((k[5:], round((c1.get(k, 0) - c0.get(k, 0)) / max(total, 1), 1))
+                               for k in c1 if k.startswith("usec:")),
+                              key=lambda kv: -kv[1])[:5])}
     out["generators"] = generators
     return out
 

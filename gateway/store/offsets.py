@@ -324,16 +324,17 @@ class OffsetStore:
         slot = (hkey, topic, log.source) if log is not None else None
         since = self._absorbed.get(slot) if slot is not None else None
         first = None
-        if slot is not None and since is None:
-            # One full request per hash and copy: others that come meanwhile wait for it and then
-            # send only what changed (16 consumers starting at once on 4,096 partitions each
-            # sent every queue: 16 scans of 16 ms).
+        while slot is not None and since is None:
+            # One full request at a time per hash and copy: others that come meanwhile wait for
+            # it and then send only what changed, or (it was answered before the hash took the
+            # watermarks: a restore first) the next of them sends all (16 consumers starting at
+            # once on 4,096 partitions each sent every queue: 16 scans of 16 ms).
             running = self._first.get(slot)
-            if running is not None:
-                await asyncio.shield(running)
-                since = self._absorbed.get(slot)
-            else:
+            if running is None:
                 first = self._first[slot] = asyncio.get_running_loop().create_future()
+                break
+            await asyncio.shield(running)
+            since = self._absorbed.get(slot)
         try:
             return await self._choose_with(keys, head, watermarks, slot, since, now)
         finally:
