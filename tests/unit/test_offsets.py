@@ -307,6 +307,12 @@ async def test_a_watermark_read_gets_only_what_moved_since_the_copy_it_holds(
     await store.redis.hset(store.layout.watermarks(T), mapping={"ts": 123, "3:hi": 99})
     _, whole, _ = await store.read_watermarks(T, 60_000, "n1", grown)
     assert whole.queues["3"] == (0, 99) and replies[-1][1] == b"full"
+    # ... and then a versioned one, before a reader that held `grown` looks again: the older
+    # gateway's change is still read (that version counts every queue as moved)
+    await store.write_watermarks(T, {**grown.queues, "4": (0, 50)}, whole)
+    _, after, _ = await store.read_watermarks(T, 60_000, "n1", grown)
+    assert after.queues["3"] == (0, 99) and after.queues["4"] == (0, 50)
+    assert replies[-1][1] == b"delta"
 
 
 async def test_the_refreshing_process_knows_the_version_it_wrote(store: OffsetStore) -> None:

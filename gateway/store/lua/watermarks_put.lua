@@ -8,8 +8,12 @@
 -- by a gateway that keeps no versions (a rolling upgrade), and readers read the whole copy.
 -- Returns {the version before this write ('' for none), the version after it}.
 local key, changes = KEYS[1], KEYS[2]
-local head = redis.call('HMGET', key, 'ver', 'queues')
+local head = redis.call('HMGET', key, 'ver', 'queues', 'ts', 'vts')
 local ver = (tonumber(head[1]) or 0) + 1
+-- Written without a version since the last versioned write (a gateway before versions, during a
+-- rolling upgrade): what it moved is in no change index, so this version counts every queue as
+-- moved, or a reader that held a version from before both writes would never read it.
+local unversioned = head[3] and head[3] ~= head[4]
 local writes = {'ts', ARGV[1], 'vts', ARGV[1]}
 local moved = {}
 for i = 3, #ARGV, 3 do
@@ -34,6 +38,12 @@ if head[2] ~= ARGV[2] then
   writes[#writes + 1] = ver
   moved[#moved + 1] = ver  -- a version of its own even if no watermark moved
   moved[#moved + 1] = ''
+end
+if unversioned then
+  for q in string.gmatch(ARGV[2], '[^,]+') do
+    moved[#moved + 1] = ver
+    moved[#moved + 1] = q
+  end
 end
 if #moved > 0 then
   writes[#writes + 1] = 'ver'
