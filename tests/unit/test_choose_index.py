@@ -38,17 +38,23 @@ def args_sent(store: OffsetStore) -> list[list[Any]]:
 def decision(r: object) -> tuple[Any, ...]:
     if isinstance(r, Lock):
         return ("lock", r.queue, r.committed, r.max_offset, r.previous_lock_ms, r.allowance,
-                r.redeliver_below)
+                r.charged, r.redeliver_below)
     assert isinstance(r, NoQueue), r
     return ("none", r.wake_ms)
 
 
+@pytest.mark.parametrize("client", ["", "c1"])
 @pytest.mark.parametrize("seed", range(6))
-async def test_the_indexes_decide_what_the_scan_decides(store: OffsetStore, seed: int) -> None:
+async def test_the_indexes_decide_what_the_scan_decides(store: OffsetStore, seed: int,
+                                                        client: str) -> None:
     """Two consumers, one always scanned (a dict of watermarks), one served from its indexes (a
     MarkLog), see the same records, acks, unlocks, extends, expiries, skips and resets: every
-    decision is the same, down to the takeover flag and the handed-out mark."""
+    decision is the same, down to the takeover flag and the handed-out mark; in cluster mode
+    and as a broadcast clientId, with and without a rate limit."""
     rnd = random.Random(seed)
+    if seed % 2:  # a rate limit: the allowance (and what is charged) is decided the same way
+        for name in ("scan", "index"):
+            await store.set_config(name, {"rate": 1_000_000, "burst": 7})
     queues = [str(i) for i in range(12)]
     log = MarkLog({q: (0, 0) for q in queues})
     scanned, indexed = "scan", "index"
@@ -65,9 +71,9 @@ async def test_the_indexes_decide_what_the_scan_decides(store: OffsetStore, seed
         elif op < 0.6:
             skip = set(rnd.sample(queues, rnd.choice((0, 0, 1, 3))))
             want = rnd.choice((1, 3, 100))
-            a = await store.choose(scanned, "", T, dict(log.queues), **DEFAULTS, now=now,
+            a = await store.choose(scanned, client, T, dict(log.queues), **DEFAULTS, now=now,
                                    skip=skip, max_messages=want)
-            b = await store.choose(indexed, "", T, log, **DEFAULTS, now=now, skip=skip,
+            b = await store.choose(indexed, client, T, log, **DEFAULTS, now=now, skip=skip,
                                    max_messages=want)
             da, db = decision(a), decision(b)
             if da[0] == "none" and skip:
@@ -88,19 +94,20 @@ async def test_the_indexes_decide_what_the_scan_decides(store: OffsetStore, seed
             for name in (scanned, indexed):
                 lock = held[name].pop(q)
                 if kind < 0.6:
-                    await store.ack(name, "", T, q, lock.committed, lock.committed + n, lock.token,
-                                    default_timeout_ms=TIMEOUT, now=now)
+                    await store.ack(name, client, T, q, lock.committed, lock.committed + n,
+                                    lock.token, default_timeout_ms=TIMEOUT, now=now)
                 elif kind < 0.85:
-                    await store.unlock(name, "", T, q, lock.token, handed_out_to=lock.committed + 1)
+                    await store.unlock(name, client, T, q, lock.token,
+                                       handed_out_to=lock.committed + 1)
                 else:
-                    await store.extend(name, "", T, q, lock.committed, lock.committed + 1,
+                    await store.extend(name, client, T, q, lock.committed, lock.committed + 1,
                                        lock.token, default_timeout_ms=TIMEOUT, now=now)
                     held[name][q] = lock
         elif op < 0.87:
             q = rnd.choice(queues)
             to = rnd.randint(0, log.queues[q][1])
             for name in (scanned, indexed):
-                await store.reset(name, "", T, {q: to})
+                await store.reset(name, client, T, {q: to}, client_idle_ms=3_600_000)
                 held[name].pop(q, None)
     deltas = [a for a in sent if a[15] == "delta"]
     assert len(deltas) > 100  # the indexed consumer was mostly served from its indexes
