@@ -220,7 +220,7 @@ class ExtendResult(NamedTuple):
 
 #: choose.lua rebuilds a topic's queue indexes from the hash when they are older than this: what
 #: a gateway that does not keep them wrote meanwhile (a rolling upgrade) heals within it. One scan
-#: of every queue per consumer hash and topic a minute (9 ms at 4,096 queues: BENCHMARKS.md).
+#: of every queue per consumer hash and topic a minute (15 ms at 4,096 queues: BENCHMARKS.md).
 INDEX_REBUILD_MS = 60_000
 #: Consumer hashes and topics for which this process remembers which version of its watermark
 #: copy Redis absorbed (forgetting one costs one full request).
