@@ -12,7 +12,7 @@ from typing import Any
 from ..config import Settings
 from ..core.errors import invalid
 from ..core.names import check_name, check_topic
-from ..core.registry import ConsumerRecord, DeleteResult, ProducerRecord
+from ..core.registry import MAX_SHARDS, ConsumerRecord, DeleteResult, ProducerRecord
 from .numbers import json_int
 
 MODES = ("cluster", "broadcast")
@@ -23,7 +23,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "rateLimit": ("rate", "burst"),
     "retry": ("retry_max_attempts", "retry_initial_delay_ms", "retry_multiplier",
               "retry_max_delay_ms", "retry_delays_ms", "retry_dead_letter_topic"),
-    "alerts": ("alert_backlog", "alert_age_ms"),
+    "alerts": ("alert_backlog", "alert_age_ms"), "shards": ("shards",),
 }
 _RETRY = {"maxAttempts": ("retry_max_attempts", 1, 1000),
           "initialDelayMs": ("retry_initial_delay_ms", 0, 2**40),
@@ -84,6 +84,8 @@ def consumer_fields(body: dict[str, Any], whole: bool = False) -> dict[str, str 
         elif name == "consumeTimeoutMs":
             out["consume_timeout_ms"] = str(_number(value, "invalid_consume_timeout_ms", name, 100,
                                                     86_400_000))
+        elif name == "shards":
+            out["shards"] = str(_number(value, "invalid_shards", name, 1, MAX_SHARDS))
         elif name == "maxBatch":
             out["max_batch"] = str(_number(value, "invalid_max_batch", name, 1, 1_000_000))
         elif name == "start":
@@ -160,6 +162,7 @@ def consumer_view(consumer: str, cfg: dict[str, str], settings: Settings) -> dic
                       if rate else None),
         "retry": retry or None,
         "alerts": alerts or None,
+        "shards": num("shards") or 1,
         "createdMs": num("created_ms"),
         "updatedMs": num("updated_ms"),
     }

@@ -324,6 +324,7 @@ _CODES: dict[str, tuple[int, int]] = {
     "unknown_queue": (404, 40402), "unknown_instance": (404, 40403),
     "instance_exists": (409, 40902), "not_subscribed": (409, 40903),
     "assignments_unsupported": (409, 40903), "commit_failed": (409, 40903),
+    "sharded_consumer": (409, 40903),
     "format_mismatch": (406, 40601), "json_conversion": (422, 42203),
     "invalid_consumer_config": (422, 42204), "invalid_format": (422, 42204),
     "invalid_json": (400, 400), "rate_limited": (429, 42901),

@@ -139,7 +139,8 @@ class ConsumeService:
         """Give back batches read for this request but never answered (nothing handed out)."""
         for b in batches:
             await self.release(b.ref or self.decode(b.request_id), p.credential, handed_out=False)
-            await self.store.refund(p.consumer, len(b.records))
+            await self.store.refund(p.consumer, len(b.records), client_id=p.client_id,
+                                    queue=b.queue)
 
     def retry_topic_made(self, retry: str) -> None:
         """This process just made (or wrote to) ``retry``: serve it from now on."""

@@ -315,7 +315,7 @@ class Fetcher:
             open_mode=self.settings.open_mode, credential=p.credential,
             skip={q for tp, q in t.skip if tp == topic},
             restore=self.checkpoints is not None and self.checkpoints.enabled,
-            registered_as=p.topic)
+            registered_as=p.topic, settings_lost=lambda: self._registry_restored(t))
         if isinstance(chosen, (Refused, NeedsRestore)) and await self._registry_restored(t):
             return None  # decided on a Redis that had lost the registry: again with it
         if isinstance(chosen, Refused):
@@ -379,7 +379,8 @@ class Fetcher:
     async def _give_back(self, p: FetchParams, topic: str, lock: Lock) -> None:
         await self.store.unlock(p.consumer, p.client_id, topic, lock.queue, lock.token)
         if lock.charged:
-            await self.store.refund(p.consumer, lock.allowance)
+            await self.store.refund(p.consumer, lock.allowance, client_id=p.client_id,
+                                    queue=lock.queue)
 
     async def _registry_restored(self, t: _Try) -> bool:
         """Once per request, before a refusal or a new queue's start position: whether Redis had
@@ -405,7 +406,8 @@ class Fetcher:
         self.wm.observe(topic, lock.queue, res.high_watermark)
         records, next_offset = res.records, res.next_offset
         if lock.charged and len(records) < lock.allowance:  # short, or cut by max_bytes
-            await self.store.refund(p.consumer, lock.allowance - len(records))
+            await self.store.refund(p.consumer, lock.allowance - len(records),
+                                    client_id=p.client_id, queue=lock.queue)
         if not res.records:
             if res.next_offset > start:  # nothing readable past a skip: move past it ourselves
                 await self.store.ack(p.consumer, p.client_id, topic, lock.queue, start,

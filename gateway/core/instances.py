@@ -146,6 +146,7 @@ class InstanceService:
         consumer = check_name(consumer, "consumer")
         name = check_name(name, "instance", required=False) or f"rest-consumer-{uuid.uuid4().hex}"
         await self.auth.require_consume(credential, consumer)
+        await self._unsharded(consumer)
         inst = Instance(consumer, name, fmt, reset, auto_commit,
                         self.settings.instance_wait_ms if wait_ms is None else wait_ms,
                         max_records or self.settings.default_max_messages, (), {},
@@ -179,6 +180,14 @@ class InstanceService:
         await self.instances.delete(consumer, name)
         self._forget(consumer, name)
 
+    async def _unsharded(self, consumer: str) -> None:
+        """An instance commits all its batches in one script call in the consumer's slot, which
+        a consumer spread over several shards (store/shards.py) does not have: refused."""
+        if await self.store.shards.get(consumer) > 1:
+            raise Conflict("sharded_consumer", f"consumer {consumer!r} has several shards: "
+                           "REST v2 instances serve consumers of one shard (use /message and "
+                           "/ack, or another consumer name)")
+
     # -- subscription ---------------------------------------------------------------------
     async def subscribe(self, credential: Credential | None, consumer: str, name: str,
                         topics: Sequence[object]) -> None:
@@ -205,6 +214,7 @@ class InstanceService:
         # The key is checked by the fetch's script, at no cost of its own; a refusal before it
         # is answered only once the key was checked (api/routes.py key_first).
         inst = self._known.get((consumer, name))
+        await self._unsharded(consumer)
         if inst is None:
             inst = await self.get(credential, consumer, name, check_key=False)
             if len(self._known) >= KNOWN_MAX:

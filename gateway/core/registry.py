@@ -16,14 +16,17 @@ from dataclasses import dataclass
 
 from ..config import Settings
 from ..store import OffsetStore, now_ms
+from ..store.shards import MAX_SHARDS, parse_shards
 from .checkpoint import Checkpoints
-from .errors import invalid, unknown
+from .errors import Conflict, invalid, unknown
 from .names import INTERNAL_PREFIX, InternalTopics, check_public_topic
 from .retry import check_policy_fields
 
 #: Unregistered (open-mode) consumers listed in views, alert evaluations and metrics: the most
 #: recently seen this many. Registered consumers are always listed.
 SEEN_LIMIT = 1000
+__all__ = ["MAX_SHARDS", "ConsumerRecord", "DeleteResult", "ProducerRecord", "Registry",
+           "topics_refused"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,7 @@ class Registry:
         now = str(now_ms())
         values = {k: v for k, v in fields.items() if v is not None}
         self._check(fields, values)
+        await self._check_shards(consumer, old, values)
         values.update(registered="1", updated_ms=now, created_ms=old.get("created_ms") or now)
         await self.records.replace_config(consumer, values)
         await self.records.add_registered(consumer)
@@ -132,12 +136,24 @@ class Registry:
         sets = {k: v for k, v in fields.items() if v is not None}
         # checked on the hash as it will be: a PATCH of one retry field may mix a policy
         # (read-check-write: two PATCHes at once could still, rarely, leave a mixed policy)
-        self._check(fields, {**{k: v for k, v in cfg.items() if k not in fields}, **sets})
+        merged = {**{k: v for k, v in cfg.items() if k not in fields}, **sets}
+        self._check(fields, merged)
+        await self._check_shards(consumer, cfg, merged)
         sets["updated_ms"] = str(now_ms())
         await self.records.update_config(consumer, sets, [k for k, v in fields.items() if v is None])
         if cfg.get("registered") != "1":  # settings of an open-mode name: list it (and watch
             await self.records.mark_seen(consumer, now_ms())  # its alert thresholds)
         return ConsumerRecord(consumer, await self.config(consumer), created)
+
+    async def _check_shards(self, consumer: str, old: dict[str, str], new: dict[str, str]) -> None:
+        """A consumer's shard count (store/shards.py) changes only while it has no offsets:
+        moving queues between Redis Cluster slots cannot be atomic, and queues filed under the
+        old count would be read twice or not at all."""
+        was, will = parse_shards(old.get("shards")), parse_shards(new.get("shards"))
+        if was != will and await self.store.has_offsets(consumer):
+            raise Conflict("shards_fixed", f"consumer {consumer!r} has offsets under {was} "
+                           f"shard(s): its shards change only after DELETE "
+                           f"/admin/consumers/{consumer}?deleteOffsets=true", shards=was)
 
     async def require_known(self, consumer: str) -> dict[str, str]:
         """The consumer's config; 404 unless it is registered or open mode serves it, so that an

@@ -20,7 +20,7 @@ each have a slot of their own.
 ``<queues>:ir:<topic>``     zset    a queue hash's ready index over one topic (choose.lua;
                                     named in Lua by prelude ``ix_keys``, as are the next two)
 ``<queues>:il:<topic>``     zset    its lock index
-``<queues>:ix:<topic>``     hash    its state: ``built``, ``n:<source>`` (docs/redis.md)
+``<queues>:ix:<topic>``     hash    its state: ``built``, ``shards``, ``n:<source>`` (docs/redis.md)
 ``P:{G}:clients``           zset    broadcast clientIds scored by last-seen time (ms)
 ``P:{G}:cfg``               hash    the consumer's registration and settings (core/registry.py)
 ``P:{G}:auth``              hash    API keys that may consume as G: key id -> sha256 of the key
@@ -28,6 +28,13 @@ each have a slot of their own.
 ``P:{G}:inst:<instance>``   hash    a REST v2 consumer instance: settings, subscription, batches
                                     fetched and not yet committed (store/instances.py; expires
                                     when idle)
+``P:{G#k}:...``             (all)   shard k = 1..S-1 of a consumer with ``shards`` S > 1
+                                    (store/shards.py): every ``{G}`` key above under the tag
+                                    ``{G#k}`` or ``{G#k.j}`` (shards.shard_name; shard 0 is
+                                    ``{G}``): the queues ``crc32(queue) % S == k`` (cluster
+                                    mode) or clientIds ``crc32(clientId) % S == k``
+                                    (broadcast), copies of ``cfg`` (rate and burst divided by
+                                    S) and of ``auth``
 ``P:{wm:<topic>}``          hash    broker watermarks ``queue:lo|hi``, ``queues``, ``ts``, ``ver``,
                                     ``vts``, ``qver`` (watermarks_put.lua)
 ``P:{wm:<topic>}:lease``    string  who refreshes the watermarks this interval
@@ -109,7 +116,7 @@ class KeyLayout:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_queue_key", re.compile(
-            re.escape(self.prefix) + r":\{([^{}:]+)\}:q(?::([^:{}]+))?"))
+            re.escape(self.prefix) + r":\{([^{}:#]+)(?:#[0-9.]+)?\}:q(?::([^:{}]+))?"))
 
     # -- one consumer (hash tag {G}) --------------------------------------------------------
     def queues(self, consumer: str, client_id: str = "") -> str:
@@ -182,6 +189,7 @@ class KeyLayout:
         return glob_escape(self.queues(consumer)) + ":*"
 
     def parse_queue_key(self, key: str) -> tuple[str, str] | None:
-        """``(consumer, clientId)`` of a queue hash key (clientId ``""`` in cluster mode), else None."""
+        """``(consumer, clientId)`` of a queue hash key (clientId ``""`` in cluster mode), else None;
+        a shard's key (``{G#k}``) reads as its consumer G's."""
         m = self._queue_key.fullmatch(key)
         return (m.group(1), m.group(2) or "") if m else None

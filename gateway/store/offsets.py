@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from redis.asyncio import Redis
 
@@ -31,6 +32,7 @@ from .marks import MarkLog, SharedCopy
 from .queues import QueueState, parse_queue_hash
 from .registry import RegistryStore
 from .registry_copy import RegistryCopyStore
+from .shards import ShardCounts, owned, part, shard_name, shard_of
 from .views import ConsumerRead, read_consumers
 
 
@@ -71,6 +73,10 @@ class Lock:
     locked_at: int = 0
 
 
+R = TypeVar("R")
+V = TypeVar("V")
+
+
 class Chosen(IntEnum):
     """What choose.lua decided: the first element of its reply (the rest depends on it)."""
 
@@ -81,6 +87,7 @@ class Chosen(IntEnum):
     RATE_LIMITED = 4  # {4, retry_after_ms} -> RateLimited
     NEEDS_RESTORE = 5  # {5, start}: a queue has no committed offset -> NeedsRestore
     SEND_ALL = 6  # {6}: a delta request the script cannot serve: sent again with every queue
+    RESHARD = 7  # {7, shards}: the consumer has another shard count than the caller's (shards.py)
 
 
 class Refusal(str, Enum):
@@ -225,6 +232,17 @@ INDEX_REBUILD_MS = 60_000
 #: Consumer hashes and topics for which this process remembers which version of its watermark
 #: copy Redis absorbed (forgetting one costs one full request).
 ABSORBED_ENTRIES = 65_536
+#: Times a choice is routed again after choose.lua said the consumer's shard count changed.
+RESHARD_TRIES = 4
+#: Consumers whose round-robin turn over shards a process keeps (then it starts over).
+TURNS_KEPT = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class _Reshard:
+    """choose.lua's ``{7, shards}``: the consumer has ``shards`` shards, not the caller's count."""
+
+    shards: int
 
 
 class OffsetStore:
@@ -237,6 +255,9 @@ class OffsetStore:
         #: the same -> the full request under way for it (others wait for it)
         self._first: dict[tuple[str, str, str], asyncio.Future[None]] = {}
         self.layout = KeyLayout(prefix, database(redis))  # channel names carry the database
+        #: each consumer's shard count (store/shards.py), and where its next walk starts
+        self.shards = ShardCounts(redis, self.layout)
+        self._turns: dict[str, int] = {}
         self._choose = scripts.register(redis, "choose")
         self._ack = scripts.register(redis, "ack")
         self._ack_instance = scripts.register(redis, "instance_commit")
@@ -250,7 +271,7 @@ class OffsetStore:
         self._refund = scripts.register(redis, "refund")
         self._restore = scripts.register(redis, "restore")
         self.registry = RegistryStore(redis, self.layout)
-        self.registry_copy = RegistryCopyStore(redis, self.layout, self.registry.changes)
+        self.registry_copy = RegistryCopyStore(redis, self.layout, self.registry)
         self.alerts = AlertStore(redis, self.layout)
         self.delay = DelayStore(redis, self.layout)
         self.instances = InstanceStore(redis, self.layout)
@@ -300,6 +321,7 @@ class OffsetStore:
         restore: bool = False,
         now: int | None = None,
         registered_as: str = "",
+        settings_lost: Callable[[], Awaitable[bool]] | None = None,
     ) -> Lock | NoQueue | Paused | Refused | RateLimited | NeedsRestore:
         """Check the caller, then lock the free queue with the largest backlog (ties: least
         recently used). ``credential`` None means auth is off. ``restore``: a cluster-mode
@@ -310,16 +332,71 @@ class OffsetStore:
         ``watermarks``: a :class:`MarkLog` (the process's copy of the topic's watermarks with
         its history) lets a hash that absorbed an earlier version of it get only the queues that
         changed since, and choose.lua pick from its indexes in constant time; a plain dict is
-        sent whole (the scan of every queue)."""
+        sent whole (the scan of every queue).
+
+        ``settings_lost``: asked before a consumer's shard count is taken to have dropped (its
+        settings may be missing because Redis lost them); True when they were just restored
+        (then the count is read again)."""
         cred = credential or NO_CREDENTIAL
         now = now or now_ms()
         head: list[Any] = [topic, now, default_timeout_ms, default_start, address,
                            client_id, client_idle_ms, f",{','.join(skip)}," if skip else "",
                            max_messages, int(open_mode), int(credential is not None),
                            cred.key_id, cred.sha256, int(restore), registered_as or topic]
-        hkey = self.queues_key(consumer, client_id)
-        keys = [hkey, self.config_key(consumer), self.clients_key(consumer),
-                self.grants_key(consumer), self.bucket_key(consumer)]
+        shards = await self.shards.get(consumer)
+        for _ in range(RESHARD_TRIES):
+            got = await self._walk(consumer, client_id, topic, watermarks, head, now, shards)
+            if not isinstance(got, _Reshard):
+                return got
+            if got.shards < shards and settings_lost is not None and await settings_lost():
+                shards = await self.shards.read(consumer)
+                continue
+            shards = got.shards  # a stale count: the script told the real one
+            self.shards.set(consumer, shards)
+        raise RuntimeError(f"consumer {consumer!r}: its shard count changed {RESHARD_TRIES} "
+                           "times during one choice")
+
+    async def _walk(
+        self, consumer: str, client_id: str, topic: str,
+        watermarks: dict[str, tuple[int, int]] | MarkLog, head: list[Any], now: int, shards: int,
+    ) -> Lock | NoQueue | Paused | Refused | RateLimited | NeedsRestore | _Reshard:
+        """Choose in the consumer's shards (store/shards.py): the one shard of a broadcast
+        clientId; in cluster mode each in turn from a round-robin start, until one locks a
+        queue. "The most backlog" is the most in the first shard that has work."""
+        if shards == 1 or client_id:
+            name = shard_name(consumer, shard_of(client_id, shards), shards)
+            return await self._choose_in(name, topic, watermarks, head, now, shards, None)
+        turn = self._turns.get(consumer, 0)
+        if len(self._turns) >= TURNS_KEPT:
+            self._turns.clear()
+        self._turns[consumer] = turn + 1
+        wakes: list[int] = []
+        limited: list[int] = []
+        for i in range(shards):
+            k = (turn + i) % shards
+            got = await self._choose_in(shard_name(consumer, k, shards), topic, watermarks, head, now,
+                                        shards, k)
+            if isinstance(got, NoQueue):
+                if got.wake_ms >= 0:
+                    wakes.append(got.wake_ms)
+            elif isinstance(got, RateLimited):  # each shard has a bucket of rate / shards
+                limited.append(got.retry_after_ms)
+            else:
+                return got
+        if limited:
+            return RateLimited(min(limited))
+        return NoQueue(min(wakes, default=-1))
+
+    async def _choose_in(
+        self, name: str, topic: str, watermarks: dict[str, tuple[int, int]] | MarkLog,
+        head: list[Any], now: int, shards: int, k: int | None,
+    ) -> Lock | NoQueue | Paused | Refused | RateLimited | NeedsRestore | _Reshard:
+        """choose.lua on one shard's keys (``name``: see shards.shard_name); ``k``: send only
+        the queues of shard k (None: every queue)."""
+        client_id = head[5]
+        hkey = self.queues_key(name, client_id)
+        keys = [hkey, self.config_key(name), self.clients_key(name),
+                self.grants_key(name), self.bucket_key(name)]
         log = watermarks if isinstance(watermarks, MarkLog) else None
         slot = (hkey, topic, log.source) if log is not None else None
         since = self._absorbed.get(slot) if slot is not None else None
@@ -336,7 +413,7 @@ class OffsetStore:
             await asyncio.shield(running)
             since = self._absorbed.get(slot)
         try:
-            return await self._choose_with(keys, head, watermarks, slot, since, now)
+            return await self._choose_with(keys, head, watermarks, slot, since, now, shards, k)
         finally:
             if first is not None:
                 del self._first[slot]  # type: ignore[arg-type]
@@ -344,22 +421,26 @@ class OffsetStore:
 
     async def _choose_with(
         self, keys: list[str], head: list[Any], watermarks: dict[str, tuple[int, int]] | MarkLog,
-        slot: tuple[str, str, str] | None, since: int | None, now: int,
-    ) -> Lock | NoQueue | Paused | Refused | RateLimited | NeedsRestore:
+        slot: tuple[str, str, str] | None, since: int | None, now: int, shards: int,
+        k: int | None,
+    ) -> Lock | NoQueue | Paused | Refused | RateLimited | NeedsRestore | _Reshard:
         """choose.lua with only the changes since ``since`` (the version of ``watermarks`` the
-        hash absorbed, None: unknown), or with every queue when that cannot be served."""
+        hash absorbed, None: unknown), or with every queue when that cannot be served; ``k``:
+        of shard k's queues only."""
         log = watermarks if isinstance(watermarks, MarkLog) else None
         queues = watermarks.queues if isinstance(watermarks, MarkLog) else watermarks
         version = log.version if log is not None else 0
         delta = log.changes_since(since) if log is not None and since is not None else None
         if delta is not None:
             r = await self._choose(keys=keys, args=self._choose_args(
-                head, "delta", log, since or 0, version, delta))
+                head, "delta", log, since or 0, version, shards,
+                delta if k is None else part(delta, k, shards)))
             if Chosen(int(r[0])) is Chosen.SEND_ALL:
                 delta = None
         if delta is None:
             r = await self._choose(keys=keys, args=self._choose_args(
-                head, "full", log, 0, version, queues))
+                head, "full", log, 0, version, shards,
+                queues if k is None else part(queues, k, shards)))
         if slot is not None and Chosen(int(r[0])) in _ABSORBS:
             self._absorbed[slot] = version
             self._absorbed.move_to_end(slot)
@@ -377,12 +458,14 @@ class OffsetStore:
             return Refused(Refusal(text(r[1])))
         if kind is Chosen.NEEDS_RESTORE:
             return NeedsRestore(text(r[1]))
+        if kind is Chosen.RESHARD:
+            return _Reshard(int(r[1]))
         return RateLimited(int(r[1]))
 
     def _choose_args(self, head: list[Any], mode: str, log: MarkLog | None, since: int,
-                     version: int, queues: dict[str, tuple[int, int]]) -> list[Any]:
+                     version: int, shards: int, queues: dict[str, tuple[int, int]]) -> list[Any]:
         args = [*head, mode, log.source if log is not None else "", since, version,
-                self.index_rebuild_ms]
+                self.index_rebuild_ms, shards]
         for q, (lo, hi) in queues.items():
             args += (q, lo, hi)
         return args
@@ -394,24 +477,31 @@ class OffsetStore:
         positions the broker's checkpoint holds (``redeliver_below``: per queue, batches below
         this offset are flagged redelivered); how many were seeded."""
         below = redeliver_below or {}
-        args: list[Any] = [topic]
-        for q, off in offsets.items():
-            args += (q, off, below.get(q, 0))
-        return int(await self._restore(keys=[self.queues_key(consumer)], args=args))
+        seeded = 0
+        for name, mine in await self._by_shard(consumer, offsets):
+            if not mine:
+                continue
+            args: list[Any] = [topic]
+            for q, off in mine.items():
+                args += (q, off, below.get(q, 0))
+            seeded += int(await self._restore(keys=[self.queues_key(name)], args=args))
+        return seeded
 
     async def note_starts(self, consumer: str, topic: str, offsets: dict[str, int]) -> None:
         """Note the start positions a restore is about to write to the broker's group (the
         queue's ``sta``), so a concurrent restore on another node that reads them back does not
         take them for a checkpoint of a lost Redis (restore.lua)."""
-        if offsets:
-            await self.redis.hset(self.queues_key(consumer), mapping={
-                queue_field(topic, q, "sta"): off for q, off in offsets.items()})
+        for name, mine in await self._by_shard(consumer, offsets):
+            if mine:
+                await self.redis.hset(self.queues_key(name), mapping={
+                    queue_field(topic, q, "sta"): off for q, off in mine.items()})
 
     async def mark_checkpointed(self, consumer: str, topic: str, offsets: dict[str, int]) -> None:
         """Remember what the broker now holds, so the next round sends only what moved."""
-        if offsets:
-            await self.redis.hset(self.queues_key(consumer), mapping={
-                queue_field(topic, q, "ckp"): off for q, off in offsets.items()})
+        for name, mine in await self._by_shard(consumer, offsets):
+            if mine:
+                await self.redis.hset(self.queues_key(name), mapping={
+                    queue_field(topic, q, "ckp"): off for q, off in mine.items()})
 
     async def take_checkpoint_lease(self, node: str, ttl_ms: int, full: bool = False) -> bool:
         """This node checkpoints this tick, or (``full``) makes this interval's full round
@@ -427,12 +517,16 @@ class OffsetStore:
         """Commit the batch if its lock token and offsets still hold. ``check_only``: decide,
         but commit nothing (``committed`` then means "an ack would commit now")."""
         cred = credential or NO_CREDENTIAL
-        keys = [self.queues_key(consumer, client_id), self.config_key(consumer), self.grants_key(consumer)]
         args: list[str | int] = [f"{topic}:{queue}:", offset, next_offset, token, now or now_ms(),
                                  default_timeout_ms, high_watermark, int(credential is not None),
                                  cred.key_id, cred.sha256, int(check_only)]
-        r = await self._ack(keys=keys, args=args)
-        return AckResult(AckOutcome(text(r[0])), int(r[1]), LockState(text(r[2])))
+
+        async def call(name: str) -> AckResult:
+            keys = [self.queues_key(name, client_id), self.config_key(name), self.grants_key(name)]
+            r = await self._ack(keys=keys, args=args)
+            return AckResult(AckOutcome(text(r[0])), int(r[1]), LockState(text(r[2])))
+        return await self._routed(consumer, client_id or queue, call,
+                                  lambda r: r.result is AckOutcome.UNKNOWN)
 
     async def ack_instance(self, consumer: str, name: str, ttl_ms: int, *, default_timeout_ms: int,
                            credential: Credential | None = None,
@@ -442,6 +536,8 @@ class OffsetStore:
         consume as ``consumer``. Raises :class:`InstanceGone`."""
         cred = credential or NO_CREDENTIAL
         k = self.layout
+        if await self.shards.get(consumer) > 1:  # core/instances.py refuses such instances
+            raise InstanceGone(name)
         r = await self._ack_instance(
             keys=[k.instance(consumer, name), k.queues(consumer), k.config(consumer),
                   k.grants(consumer)],
@@ -467,17 +563,22 @@ class OffsetStore:
         received under this lock (its next offset), so that batch comes back flagged
         ``redelivered``; -1 when nothing was handed out (a read that failed or was empty)."""
         cred = credential or NO_CREDENTIAL
-        r = await self._unlock(keys=[self.queues_key(consumer, client_id), self.grants_key(consumer)],
-                               args=[f"{topic}:{queue}:", token, high_watermark,
-                                     int(credential is not None), cred.key_id, cred.sha256,
-                                     handed_out_to])
-        return UnlockResult(UnlockOutcome(text(r[0])), int(r[1]))
+
+        async def call(name: str) -> UnlockResult:
+            r = await self._unlock(keys=[self.queues_key(name, client_id), self.grants_key(name)],
+                                   args=[f"{topic}:{queue}:", token, high_watermark,
+                                         int(credential is not None), cred.key_id, cred.sha256,
+                                         handed_out_to])
+            return UnlockResult(UnlockOutcome(text(r[0])), int(r[1]))
+        return await self._routed(consumer, client_id or queue, call,
+                                  lambda r: r.result is UnlockOutcome.UNKNOWN)
 
     async def handed_out(self, consumer: str, client_id: str, topic: str, queue: str, token: int,
                          end: int) -> None:
         """The batch locked with ``token`` ends at ``end``, further than its start plus the
         records it was allowed (lua/handed.lua says why that matters)."""
-        await self._handed(keys=[self.queues_key(consumer, client_id)],
+        name = await self._shard(consumer, client_id or queue)
+        await self._handed(keys=[self.queues_key(name, client_id)],
                            args=[f"{topic}:{queue}:", token, end])
 
     async def extend(
@@ -487,11 +588,16 @@ class OffsetStore:
     ) -> ExtendResult:
         """Start the batch's lock timeout again if its lock token and offsets still hold."""
         cred = credential or NO_CREDENTIAL
-        keys = [self.queues_key(consumer, client_id), self.config_key(consumer), self.grants_key(consumer)]
-        r = await self._extend(keys=keys, args=[
-            f"{topic}:{queue}:", offset, next_offset, token, now or now_ms(), default_timeout_ms,
-            int(credential is not None), cred.key_id, cred.sha256])
-        return ExtendResult(ExtendOutcome(text(r[0])), int(r[1]), int(r[2]))
+        args: list[str | int] = [f"{topic}:{queue}:", offset, next_offset, token, now or now_ms(),
+                                 default_timeout_ms, int(credential is not None), cred.key_id,
+                                 cred.sha256]
+
+        async def call(name: str) -> ExtendResult:
+            keys = [self.queues_key(name, client_id), self.config_key(name), self.grants_key(name)]
+            r = await self._extend(keys=keys, args=args)
+            return ExtendResult(ExtendOutcome(text(r[0])), int(r[1]), int(r[2]))
+        return await self._routed(consumer, client_id or queue, call,
+                                  lambda r: r.result is ExtendOutcome.UNKNOWN)
 
     async def mark_seen(self, consumer: str) -> None:
         """List a consumer that fetched (each process re-adds its consumers once a minute), for
@@ -501,10 +607,13 @@ class OffsetStore:
     async def ping(self) -> bool:
         return bool(await self.redis.ping())
 
-    async def refund(self, consumer: str, tokens: int) -> int:
-        """Give ``tokens`` back to the consumer's rate-limit bucket (a batch read short of what
-        choose.lua charged); returns the bucket's tokens, -1 if it has no limit (any more)."""
-        return int(await self._refund(keys=[self.bucket_key(consumer), self.config_key(consumer)],
+    async def refund(self, consumer: str, tokens: int, *, client_id: str = "",
+                     queue: str = "") -> int:
+        """Give ``tokens`` back to the rate-limit bucket that paid for a batch of ``queue`` (read
+        short of what choose.lua charged): the bucket of the queue's shard (or the clientId's).
+        Returns the bucket's tokens, -1 if it has no limit (any more)."""
+        name = await self._shard(consumer, client_id or queue)
+        return int(await self._refund(keys=[self.bucket_key(name), self.config_key(name)],
                                       args=[tokens]))
 
     async def reset(self, consumer: str, client_id: str, topic: str, targets: dict[str, int],
@@ -512,13 +621,16 @@ class OffsetStore:
         """Set committed offsets (queue -> offset); returns (queue, from, to) per queue. A
         clientId's hash that has no expiry (the reset created it) gets ``client_idle_ms``, as
         choose.lua gives every polled one (0: none), in the same script call."""
-        if not targets:
-            return []
-        args: list[Any] = [topic, client_idle_ms if client_id else 0]
-        for q, off in targets.items():
-            args += (q, off)
-        r = await self._reset(keys=[self.queues_key(consumer, client_id)], args=args)
-        return [(text(r[i]), int(r[i + 1]), int(r[i + 2])) for i in range(0, len(r), 3)]
+        out: list[tuple[str, int, int]] = []
+        for name, mine in await self._by_shard(consumer, targets, client_id):
+            if not mine:
+                continue
+            args: list[Any] = [topic, client_idle_ms if client_id else 0]
+            for q, off in mine.items():
+                args += (q, off)
+            r = await self._reset(keys=[self.queues_key(name, client_id)], args=args)
+            out += [(text(r[i]), int(r[i + 1]), int(r[i + 2])) for i in range(0, len(r), 3)]
+        return out
 
     async def produce_check(self, credential: Credential | None, open_mode: bool, producer: str,
                             topic: str) -> tuple[ProduceVerdict, str]:
@@ -583,6 +695,32 @@ class OffsetStore:
             and text(before) == str(stored.version) and bool(text(after))
         return SharedCopy(int(text(after)) if known else None, merged)
 
+    # -- shards (store/shards.py) -----------------------------------------------------------------
+    async def _shard(self, consumer: str, by: str) -> str:
+        """The shard name holding queue or clientId ``by``."""
+        shards = await self.shards.get(consumer)
+        return shard_name(consumer, shard_of(by, shards), shards)
+
+    async def _routed(self, consumer: str, by: str, call: Callable[[str], Awaitable[R]],
+                      unknown: Callable[[R], bool]) -> R:
+        """``call`` on the shard of ``by``; when the script found no such queue there and the
+        consumer's shard count was stale (changed since this process read it), again on the
+        right shard."""
+        shards = await self.shards.get(consumer)
+        got = await call(shard_name(consumer, shard_of(by, shards), shards))
+        if unknown(got) and await self.shards.read(consumer) != shards:
+            got = await call(await self._shard(consumer, by))
+        return got
+
+    async def _by_shard(self, consumer: str, queues: dict[str, V],
+                        client_id: str = "") -> list[tuple[str, dict[str, V]]]:
+        """``queues`` split by the shard holding each: [(shard name, its part)] (a clientId's
+        queues are all in its shard)."""
+        shards = await self.shards.get(consumer)
+        if shards == 1 or client_id:
+            return [(shard_name(consumer, shard_of(client_id, shards), shards), dict(queues))]
+        return [(shard_name(consumer, k, shards), part(queues, k, shards)) for k in range(shards)]
+
     # -- consumer settings and views ------------------------------------------------------------
     async def get_config(self, consumer: str) -> dict[str, str]:
         return await self.registry.config(consumer)
@@ -590,17 +728,39 @@ class OffsetStore:
     async def set_config(self, consumer: str, values: dict[str, str | int]) -> None:
         if values:
             await self.redis.hset(self.config_key(consumer), mapping=fields(values))
+            await self.registry.mirror(consumer)
             await self.registry.wrote("consumer", consumer)
 
     async def queue_states(self, consumer: str, client_id: str = "") -> list[QueueState]:
-        raw = await self.redis.hgetall(self.queues_key(consumer, client_id))
-        return parse_queue_hash(text_dict(raw))
+        """The consumer's queues (of every shard), or a clientId's."""
+        shards = await self.shards.get(consumer)
+        if client_id:
+            name = shard_name(consumer, shard_of(client_id, shards), shards)
+            return parse_queue_hash(text_dict(await self.redis.hgetall(self.queues_key(name, client_id))))
+        out: list[QueueState] = []
+        for k in range(shards):
+            raw = await self.redis.hgetall(self.queues_key(shard_name(consumer, k, shards)))
+            out += owned(parse_queue_hash(text_dict(raw)), k, shards)
+        return out
+
+    async def has_offsets(self, consumer: str) -> bool:
+        """Whether any shard of the consumer holds offsets (a queue hash or a clientId)."""
+        shards = await self.shards.read(consumer)
+        for k in range(shards):
+            name = shard_name(consumer, k, shards)
+            if await self.redis.exists(self.queues_key(name), self.clients_key(name)):
+                return True
+        return False
 
     async def clients(self, consumer: str) -> list[tuple[str, int]]:
-        """Broadcast clientIds and when each was last seen (ms)."""
-        raw = cast("list[tuple[bytes | str, float]]",
-                   await self.redis.zrange(self.clients_key(consumer), 0, -1, withscores=True))
-        return [(text(m), int(s)) for m, s in raw]
+        """Broadcast clientIds (of every shard) and when each was last seen (ms)."""
+        out: list[tuple[str, int]] = []
+        shards = await self.shards.get(consumer)
+        for k in range(shards):
+            raw = cast("list[tuple[bytes | str, float]]", await self.redis.zrange(
+                self.clients_key(shard_name(consumer, k, shards)), 0, -1, withscores=True))
+            out += [(text(m), int(s)) for m, s in raw]
+        return out
 
     async def read_consumers(self, consumers: list[str]) -> list[ConsumerRead]:
         """Many consumers' config, queues and clientIds in two pipelined round trips (views.py)."""

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from .changes import RegistryChanges
 from .connect import fields, text, text_dict
 from .keys import KeyLayout
+from .shards import parse_shards, shard_name
 
 
 class RegistryStore:
@@ -42,22 +43,57 @@ class RegistryStore:
     async def replace_config(self, consumer: str, values: dict[str, str]) -> None:
         """Replace the whole config hash at once (MULTI: no reader sees it half written)."""
         key = self._keys.config(consumer)
+        had = parse_shards(await self._redis.hget(key, "shards"))
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(key)
             pipe.hset(key, mapping=fields(values))
             await pipe.execute()
+        await self.mirror(consumer, had)
         await self.wrote("consumer", consumer)
 
     async def update_config(self, consumer: str, sets: dict[str, str], deletes: list[str]) -> None:
         """Set and delete config fields at once (MULTI)."""
         key = self._keys.config(consumer)
+        had = parse_shards(await self._redis.hget(key, "shards"))
         async with self._redis.pipeline(transaction=True) as pipe:
             if deletes:
                 pipe.hdel(key, *deletes)
             if sets:
                 pipe.hset(key, mapping=fields(sets))
             await pipe.execute()
+        await self.mirror(consumer, had)
         await self.wrote("consumer", consumer)
+
+    async def mirror(self, consumer: str, had: int = 1) -> None:
+        """Copy the consumer's settings and grants into each of its other shards
+        (store/shards.py), whose scripts read them in their own slot; each copy's rate limit is
+        the consumer's divided by the shards (each shard has its own bucket). ``had``: the shard
+        count before this write; copies beyond the new count are deleted. Nothing to do for a
+        consumer of one shard (after one read)."""
+        k, r = self._keys, self._redis
+        async with r.pipeline(transaction=False) as pipe:
+            pipe.hgetall(k.config(consumer))
+            pipe.hgetall(k.grants(consumer))
+            raw_cfg, raw_grants = await pipe.execute()
+        cfg, grants = text_dict(raw_cfg), text_dict(raw_grants)
+        n = parse_shards(cfg.get("shards"))
+        copy = dict(cfg)
+        for f in ("rate", "burst"):
+            if cfg.get(f):
+                copy[f] = f"{float(cfg[f]) / n:.6g}"
+        if had != n:  # the copies of the count before: other names (shards.shard_name)
+            for i in range(1, had):
+                old = shard_name(consumer, i, had)
+                await r.delete(k.config(old), k.grants(old), k.bucket(old))
+        for i in range(1, n):
+            name = shard_name(consumer, i, n)
+            async with r.pipeline(transaction=True) as pipe:  # one slot: {G#i}
+                pipe.delete(k.config(name), k.grants(name))
+                if copy:
+                    pipe.hset(k.config(name), mapping=fields(copy))
+                if grants:
+                    pipe.hset(k.grants(name), mapping=fields(grants))
+                await pipe.execute()
 
     async def add_registered(self, consumer: str) -> None:
         await self._redis.sadd(self._keys.registry("consumers"), consumer)
@@ -101,19 +137,25 @@ class RegistryStore:
         settings, number of offset keys deleted)."""
         k, r = self._keys, self._redis
         existed = bool(await r.exists(k.config(consumer)))
-        await r.delete(k.config(consumer), k.bucket(consumer))
+        shards = parse_shards(await r.hget(k.config(consumer), "shards"))
+        names = [shard_name(consumer, i, shards) for i in range(shards)]
+        for name in names:  # the settings' copies in other shards too (mirror)
+            await r.delete(k.config(name), k.bucket(name))
         await r.srem(k.registry("consumers"), consumer)
         await r.zrem(k.registry("seen_at"), consumer)
         deleted = 0
-        if delete_offsets:
-            keys = {k.queues(consumer), k.clients(consumer)}
-            clients = cast("list[bytes | str]", await r.zrange(k.clients(consumer), 0, -1))
-            keys |= {k.queues(consumer, text(c)) for c in clients}
+        for name in names if delete_offsets else []:
+            keys = {k.queues(name), k.clients(name)}
+            clients = cast("list[bytes | str]", await r.zrange(k.clients(name), 0, -1))
+            keys |= {k.queues(name, text(c)) for c in clients}
             # expired from the clientId set but not (yet) as keys
-            async for key in r.scan_iter(match=k.client_queues_pattern(consumer), count=1000):
+            async for key in r.scan_iter(match=k.client_queues_pattern(name), count=1000):
                 keys.add(text(key))
             for key in keys:
                 deleted += await r.delete(key)
+        if len(names) > 1 and not delete_offsets:  # the offsets kept stay where they are
+            await r.hset(k.config(consumer), "shards", str(len(names)))
+            await self.mirror(consumer, len(names))
         await self.wrote("consumer", consumer)
         return existed, deleted
 
@@ -161,9 +203,11 @@ class RegistryStore:
         in the consumer's own slot)."""
         for g in consumers:
             await self._redis.hset(self._keys.grants(g), key_id, sha256)
+            await self.mirror(g)
             await self.wrote("consumer", g)
 
     async def revoke_grants(self, key_id: str, consumers: list[str]) -> None:
         for g in consumers:
             await self._redis.hdel(self._keys.grants(g), key_id)
+            await self.mirror(g)
             await self.wrote("consumer", g)

@@ -22,9 +22,9 @@ from typing import Any, cast
 import orjson
 from redis.asyncio import Redis
 
-from .changes import RegistryChanges
 from .connect import text, text_dict
 from .keys import KeyLayout, RegistryKey
+from .registry import RegistryStore
 
 #: How long a node may take to restore the registry before another may try.
 RESTORE_LOCK_MS = 60_000
@@ -37,10 +37,11 @@ def entity_key(kind: str, name: str) -> str:
 
 
 class RegistryCopyStore:
-    def __init__(self, redis: Redis, layout: KeyLayout, changes: RegistryChanges) -> None:
+    def __init__(self, redis: Redis, layout: KeyLayout, registry: RegistryStore) -> None:
         self._redis = redis
         self._keys = layout
-        self._changes = changes
+        self._registry = registry
+        self._changes = registry.changes
 
     # -- reading entities ------------------------------------------------------------------
     async def read(self, kind: str, name: str) -> Entity | None:
@@ -70,7 +71,8 @@ class RegistryCopyStore:
         for pattern in (k.config("*"), k.grants("*")):
             async for key in r.scan_iter(match=pattern, count=1000):
                 name = text(key)[len(k.prefix) + 2:].split("}", 1)[0]
-                names.add(name)
+                if "#" not in name:  # a shard's copy (store/shards.py), not a consumer
+                    names.add(name)
         out: dict[str, Entity] = {}
         for name in sorted(names):
             e = await self.read("consumer", name)
@@ -108,6 +110,8 @@ class RegistryCopyStore:
                         wrote = True
                     if wrote:
                         await pipe.execute()
+                if wrote:  # and the copies of a consumer with shards
+                    await self._registry.mirror(name)
                 written += wrote
             elif kind in ("producer", "key"):
                 what: RegistryKey = "producers" if kind == "producer" else "keys"

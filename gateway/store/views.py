@@ -2,7 +2,8 @@
 
 Two pipelined round trips whatever the number of consumers (in chunks of :data:`CHUNK`
 commands): every consumer's config hash, cluster-mode queue hash and clientId set; then every
-clientId's queue hash. Several slots in one pipeline are fine on Redis Cluster (redis-py splits
+clientId's queue hash (and one more between them for the other shards of consumers that have
+several: store/shards.py). Several slots in one pipeline are fine on Redis Cluster (redis-py splits
 it by node).
 """
 
@@ -17,6 +18,7 @@ from redis.asyncio import Redis
 from .connect import text, text_dict
 from .keys import KeyLayout
 from .queues import QueueState, parse_queue_hash
+from .shards import owned, parse_shards, shard_name, shard_of
 
 #: Commands per pipeline round trip.
 CHUNK = 500
@@ -34,18 +36,30 @@ class ConsumerRead:
 
 
 async def read_consumers(redis: Redis, layout: KeyLayout, consumers: list[str]) -> list[ConsumerRead]:
-    """The stored state of each of ``consumers``, in that order."""
+    """The stored state of each of ``consumers``, in that order (a consumer with shards: of them
+    all, merged; one more round trip for such consumers)."""
     first = await _pipelined(redis, [c for g in consumers for c in (
-        _hgetall(layout.config(g)), _hgetall(layout.queues(g)),
-        lambda pipe, g=g: pipe.zrange(layout.clients(g), 0, -1, withscores=True))])
+        _hgetall(layout.config(g)), _hgetall(layout.queues(g)), _zrange(layout.clients(g)))])
+    configs = {g: text_dict(first[3 * i]) for i, g in enumerate(consumers)}
+    shards = {g: parse_shards(configs[g].get("shards")) for g in consumers}
+    queues = {g: owned(parse_queue_hash(text_dict(first[3 * i + 1])), 0, shards[g])
+              for i, g in enumerate(consumers)}
     clients = {g: [(text(m), int(s)) for m, s in first[3 * i + 2]] for i, g in enumerate(consumers)}
+    more = [(g, k) for g in consumers for k in range(1, shards[g])]
+    rest = await _pipelined(redis, [c for g, k in more for c in (
+        _hgetall(layout.queues(shard_name(g, k, shards[g]))),
+        _zrange(layout.clients(shard_name(g, k, shards[g]))))])
+    for i, (g, k) in enumerate(more):
+        queues[g] += owned(parse_queue_hash(text_dict(rest[2 * i])), k, shards[g])
+        clients[g] += [(text(m), int(s)) for m, s in rest[2 * i + 1]]
     pairs = [(g, c) for g in consumers for c, _ in clients[g]]
-    hashes = await _pipelined(redis, [_hgetall(layout.queues(g, c)) for g, c in pairs])
+    hashes = await _pipelined(redis, [
+        _hgetall(layout.queues(shard_name(g, shard_of(c, shards[g]), shards[g]), c))
+        for g, c in pairs])
     per_client: dict[str, dict[str, list[QueueState]]] = {g: {} for g in consumers}
     for (g, c), h in zip(pairs, hashes, strict=True):
         per_client[g][c] = parse_queue_hash(text_dict(h))
-    return [ConsumerRead(g, text_dict(first[3 * i]), parse_queue_hash(text_dict(first[3 * i + 1])),
-                         clients[g], per_client[g]) for i, g in enumerate(consumers)]
+    return [ConsumerRead(g, configs[g], queues[g], clients[g], per_client[g]) for g in consumers]
 
 
 Command = Callable[[Any], Any]
@@ -53,6 +67,10 @@ Command = Callable[[Any], Any]
 
 def _hgetall(key: str) -> Command:
     return lambda pipe: pipe.hgetall(key)
+
+
+def _zrange(key: str) -> Command:
+    return lambda pipe: pipe.zrange(key, 0, -1, withscores=True)
 
 
 async def _pipelined(redis: Redis, commands: list[Command]) -> list[Any]:

@@ -18,7 +18,8 @@
 -- ARGV[17] the sender's watermark copy ('' for none: a full request that records nothing)
 -- ARGV[18] the version of that copy the deltas start after  ARGV[19] the copy's version now
 -- ARGV[20] rebuild the indexes from the hash when they are older than this (ms)
--- ARGV[21..] triples: queue id, low watermark, high watermark
+-- ARGV[21] the consumer's shard count as the caller knows it (store/shards.py)
+-- ARGV[22..] triples: queue id, low watermark, high watermark
 --
 -- Per queue q of topic t the hash holds  t:q:max  t:q:com  t:q:lock  t:q:tok  t:q:acc  t:q:addr
 -- (and t:q:ckp: core/checkpoint.py; t:q:rdl, how far the queue may have been handed out, and
@@ -40,6 +41,7 @@
 --   {5, start}               a queue has no committed offset: restore it first ('earliest' or
 --                            'latest', the start position of queues the checkpoint lacks)
 --   {6}                      a delta request that cannot be served: send every queue ('full')
+--   {7, shards}              the consumer has this many shards, not ARGV[21]: route again
 --
 -- Choosing in constant time (docs/design/constant-time-choose.md): the ready index holds the
 -- queues with a backlog and no live lock in choose order, the lock index the locked ones by lock
@@ -56,7 +58,11 @@ local topic, now, client = ARGV[1], tonumber(ARGV[2]), ARGV[6]
 if ARGV[11] == '1' and not granted(grants, ARGV[12], ARGV[13]) then return {3, 'unauthorized'} end
 
 local cfg = redis.call('HMGET', cfgkey, 'consume_timeout_ms', 'start', 'paused', 'registered',
-                       'topics', 'mode', 'max_batch', 'rate', 'burst')
+                       'topics', 'mode', 'max_batch', 'rate', 'burst', 'shards')
+-- Before anything is written: a caller with a stale shard count would file queues in the wrong
+-- shard (every shard holds a copy of the settings, shards included: store/registry.py).
+local shards = tonumber(cfg[10]) or 1
+if shards ~= tonumber(ARGV[21]) then return {7, shards} end
 if cfg[4] == '1' then
   if not string.find(cfg[5] or '', ',' .. ARGV[15] .. ',', 1, true) then return {3, 'topic_not_allowed'} end
   if cfg[6] == 'broadcast' and client == '' then return {3, 'client_id_required'} end
@@ -99,7 +105,7 @@ if rate and rate > 0 then
 end
 
 local skip = ARGV[8]
-local first = 21
+local first = 22
 local n = (#ARGV - first + 1) / 3
 local restore = ARGV[14] == '1' and client == ''
 local source, since, version = ARGV[17], tonumber(ARGV[18]), ARGV[19]
@@ -149,8 +155,9 @@ end
 local function skipped(q) return string.find(skip, ',' .. q .. ',', 1, true) end
 
 if ARGV[16] == 'delta' then
-  local x = redis.call('HMGET', xkey, 'built', 'n:' .. source)
-  if not x[1] or clock_ms() - tonumber(x[1]) >= tonumber(ARGV[20])
+  -- (indexes built under another shard count may hold queues of other shards: store/shards.py)
+  local x = redis.call('HMGET', xkey, 'built', 'n:' .. source, 'shards')
+  if not x[1] or clock_ms() - tonumber(x[1]) >= tonumber(ARGV[20]) or (x[3] or '1') ~= ARGV[21]
       or (tonumber(x[2]) or -1) < since or redis.call('HGET', key, topic .. ':era') ~= run then
     return {6}
   end
@@ -323,7 +330,7 @@ for i = 1, #held, SLICE do
   redis.call('ZADD', lkey, unpack(held, i, math.min(i + SLICE - 1, #held)))
 end
 if redis.call('HLEN', xkey) > 64 then redis.call('DEL', xkey) end  -- sources of nodes gone
-redis.call('HSET', xkey, 'built', clock_ms())
+redis.call('HSET', xkey, 'built', clock_ms(), 'shards', ARGV[21])
 if source ~= '' and tonumber(version) > (tonumber(redis.call('HGET', xkey, 'n:' .. source)) or -1) then
   redis.call('HSET', xkey, 'n:' .. source, version)  -- only forward: calls of one node may cross
 end
