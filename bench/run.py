@@ -317,9 +317,11 @@ def perf_summary(data: Path, out: Path) -> None:
                            stderr=subprocess.DEVNULL, timeout=120)
 
 
-def configure_consumer(port: int, group: str) -> None:
-    """Start the bench consumer at the earliest offset (the pre-registry API for old sources)."""
-    status, body = http_json(port, "PATCH", f"/admin/consumers/{group}", {"start": "earliest"})
+def configure_consumer(port: int, group: str, shards: int = 1) -> None:
+    """Start the bench consumer at the earliest offset (the pre-registry API for old sources);
+    ``shards`` > 1: its offsets over that many Redis Cluster slots (store/shards.py)."""
+    settings: dict[str, Any] = {"start": "earliest", **({"shards": shards} if shards > 1 else {})}
+    status, body = http_json(port, "PATCH", f"/admin/consumers/{group}", settings)
     if status in (404, 405):
         status, body = http_json(port, "PUT", f"/consumers/{group}/config", {"start": "earliest"})
     if status != 200:

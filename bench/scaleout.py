@@ -3,6 +3,7 @@ Cluster) and one Apache Kafka, each node driven by load generators of its own.
 
     .venv/bin/python bench/scaleout.py                       # nodes 1,2,4; noop,p1,f32
     .venv/bin/python bench/scaleout.py --nodes 1,2,4,8 --workers 2 --redis cluster
+    .venv/bin/python bench/scaleout.py --nodes 1 --phases f32 --redis cluster --primaries 3 --shards 3
 
 For each node count the run starts that many gateway nodes (``--workers`` uvicorn workers each,
 ``mqgw serve``'s command line), runs ``--loadgens-per-node`` load-generator processes per node
@@ -12,8 +13,12 @@ count: the summed req/s and records/s, the worst p99 of the load generators, the
 nodes, of each load generator (the busiest one: a generator near 100 % of a core is the limit,
 not the gateway; add generators), of Redis and of the broker, and Redis's work per HTTP request
 (script calls, commands, and Redis CPU microseconds). ``1e6 / redis_us_per_request`` is the
-request rate one Redis core stops at; with ``--redis cluster`` (3 masters, no replicas) the keys
-of different consumers land on different nodes, and the CPU is the sum of them.
+request rate one Redis core stops at; with ``--redis cluster`` (``--primaries``, 3 by default,
+no replicas) the keys of different consumers land on different nodes, and the CPU is the sum of
+them. One consumer group is one Redis core unless it has ``--shards`` (the consumer setting,
+store/shards.py): then the busiest primary's CPU per request ("busiest Redis us/req") sets the
+rate one group stops at. "Redis command us/req" counts only the time the nodes spent in
+commands (INFO commandstats), without each node's idle work (a cluster's bus, its cron).
 
 On a machine with fewer cores than nodes + generators + Redis + broker the curve flattens where
 the cores run out: "machine busy" says when. Tansu is not offered: its fetch path spins on
@@ -46,7 +51,9 @@ PHASES = ("noop", "p1", "p100", "f32", "f1000")
 
 def redis_stats(ports: list[int]) -> dict[str, int]:
     """Commands and script calls every Redis node processed so far, summed; ``usec:<command>``:
-    the time Redis spent in each command (a script's own commands count in its EVALSHA too)."""
+    the time Redis spent in each command (a script's own commands count in its EVALSHA too);
+    ``node_usec:<port>``: the time each node spent in commands (its idle work, such as a
+    cluster's bus and cron, is not in it)."""
     import redis
 
     out = {"commands": 0, "scripts": 0}
@@ -62,6 +69,7 @@ def redis_stats(ports: list[int]) -> dict[str, int]:
         for k, v in stats.items():
             name = "usec:" + k.removeprefix("cmdstat_")
             out[name] = out.get(name, 0) + int(v["usec"])
+        out[f"node_usec:{port}"] = sum(int(v["usec"]) for v in stats.values())
     return out
 
 
@@ -136,12 +144,19 @@ def merge(results: list[dict[str, Any]], cpu: dict[str, float], c0: dict[str, in
         "loadgen_busiest": max((v for k, v in cpu.items() if k.startswith("loadgen")), default=0.0),
         "loadgen_total": round(sum(v for k, v in cpu.items() if k.startswith("loadgen")), 1),
         "redis": round(redis_cpu, 1), "broker": cpu.get("broker", 0.0),
+        "redis_busiest": max((v for k, v in cpu.items() if k.startswith("redis")), default=0.0),
         "machine_busy": cpu["machine_busy_pct_of_all_cores"]}
     total = requests * window_s
     out["redis_per_request"] = {
         "scripts": round((c1["scripts"] - c0["scripts"]) / max(total, 1), 3),
         "commands": round((c1["commands"] - c0["commands"]) / max(total, 1), 3),
         "cpu_us": round(redis_cpu / 100 * 1e6 / per_s, 1),
+        "busiest_us": round(out["cpu_pct"]["redis_busiest"] / 100 * 1e6 / per_s, 1),
+        # the command time of the node that spent most in commands, per request
+        "busiest_cmd_us": round(max((c1[k] - c0.get(k, 0) for k in c1 if k.startswith("node_usec:")),
+                                    default=0) / max(total, 1), 1),
+        "cmd_us": round(sum(c1[k] - c0.get(k, 0) for k in c1 if k.startswith("node_usec:"))
+                        / max(total, 1), 1),
         # where Redis' time went, per request: the top commands by time (scripts include theirs)
         "top_us": dict(sorted(((k[5:], round((c1.get(k, 0) - c0.get(k, 0)) / max(total, 1), 1))
                                for k in c1 if k.startswith("usec:")),
@@ -171,7 +186,7 @@ def run_nodes(stack: bench.Stack, n: int, args: argparse.Namespace, phases: list
             spec = specs[name]
             if spec["kind"] == "consume":  # a group per node count: each run has a fresh backlog
                 spec = {**spec, "group": f"{spec['group']}-n{n}"}
-                bench.configure_consumer(nodes[0][0].port, spec["group"])
+                bench.configure_consumer(nodes[0][0].port, spec["group"], args.shards)
             gens = [{**spec, "port": svc.port, "balance": workers, "concurrency": args.concurrency,
                      "duration": args.duration, "warmup": args.warmup}
                     for svc, workers in nodes for _ in range(args.loadgens_per_node)]
@@ -190,17 +205,22 @@ def run_nodes(stack: bench.Stack, n: int, args: argparse.Namespace, phases: list
 
 def report(res: dict[str, Any]) -> str:
     lines = ["| nodes | phase | req/s | records/s | p99 ms | nodes CPU % | busiest loadgen % | "
-             "Redis CPU % | Redis us/req | Redis scripts/req | one Redis core stops at (req/s) | "
-             "broker CPU % | machine busy % |", "| " + " | ".join(["---"] * 13) + " |"]
+             "Redis CPU % | Redis us/req | busiest Redis us/req | Redis command us/req | "
+             "busiest Redis command us/req | Redis scripts/req | one group stops at (req/s) | "
+             "broker CPU % | machine busy % |", "| " + " | ".join(["---"] * 16) + " |"]
     for n, phases in res["runs"].items():
         for name, r in phases.items():
             req = r.get("req_per_s") or r.get("fetch_per_s", 0) + r.get("ack_per_s", 0)
             us = r["redis_per_request"]["cpu_us"]
+            busiest = r["redis_per_request"].get("busiest_us", us)
             c = r["cpu_pct"]
             lines.append(f"| {n} | {name} | {req:,.0f} | {r.get('records_per_s', 0):,.0f} | "
                          f"{r['p99_ms']:.2f} | {c['nodes']:.0f} | {c['loadgen_busiest']:.0f} | "
-                         f"{c['redis']:.0f} | {us:.1f} | {r['redis_per_request']['scripts']:.2f} | "
-                         f"{(1e6 / us if us >= 1 else float('inf')):,.0f} | {c['broker']:.0f} | "
+                         f"{c['redis']:.0f} | {us:.1f} | {busiest:.1f} | "
+                         f"{r['redis_per_request'].get('cmd_us', 0):.1f} | "
+                         f"{r['redis_per_request'].get('busiest_cmd_us', 0):.1f} | "
+                         f"{r['redis_per_request']['scripts']:.2f} | "
+                         f"{(1e6 / busiest if busiest >= 1 else float('inf')):,.0f} | {c['broker']:.0f} | "
                          f"{c['machine_busy']:.0f} |")
     return "\n".join(lines)
 
@@ -218,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="connections (consumers) per load generator (16)")
     ap.add_argument("--phases", default="noop,p1,f32", help=f"any of {','.join(PHASES)}")
     ap.add_argument("--redis", choices=("single", "cluster"), default="single",
-                    help="one redis-server, or a Redis Cluster of 3 masters")
+                    help="one redis-server, or a Redis Cluster (--primaries masters)")
+    ap.add_argument("--primaries", type=int, default=3, help="masters of --redis cluster (3)")
+    ap.add_argument("--shards", type=int, default=1,
+                    help="the bench consumers' shards setting (1): Redis Cluster slots per group")
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--partitions", type=int, default=16)
@@ -240,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     runargs.stop_on_sigterm()
     try:
         if args.redis == "cluster":
-            cluster = devstack.start_redis_cluster(3)
+            cluster = devstack.start_redis_cluster(args.primaries)
             stack.services.extend(cluster.nodes)
             redis_url, redis_ports = cluster.url, [s.port for s in cluster.nodes]
             redis_pids = [s.proc.pid for s in cluster.nodes]

@@ -175,8 +175,8 @@ class RedisCluster:
 
 
 def start_redis_cluster(size: int = 3, replicas: int = 0, node_timeout_ms: int = 15_000) -> RedisCluster:
-    """``size`` primaries with ``replicas`` replicas each (``nodes``: the primaries first); a
-    primary is failed over ``node_timeout_ms`` after it stopped answering."""
+    """``size`` primaries (1, or 3 and more) with ``replicas`` replicas each (``nodes``: the
+    primaries first); a primary is failed over ``node_timeout_ms`` after it stopped answering."""
     exe = shutil.which("redis-server") or "/usr/bin/redis-server"
     cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
     nodes: list[Service] = []
@@ -191,9 +191,13 @@ def start_redis_cluster(size: int = 3, replicas: int = 0, node_timeout_ms: int =
                           os.path.join(work, "redis.log"))
             nodes.append(Service("redis-cluster", port, proc, work))
             wait_port(port, proc=proc)
-        subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
-                        "--cluster-replicas", str(replicas), "--cluster-yes"], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        if size == 1 and replicas == 0:  # `--cluster create` wants 3 primaries at least
+            subprocess.run([cli, "-p", str(nodes[0].port), "cluster", "addslotsrange", "0",
+                            "16383"], check=True, stdout=subprocess.DEVNULL, timeout=30)
+        else:
+            subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
+                            "--cluster-replicas", str(replicas), "--cluster-yes"], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             out = subprocess.run([cli, "-p", str(nodes[0].port), "cluster", "info"],

@@ -338,6 +338,7 @@ class OffsetStore:
         settings may be missing because Redis lost them); True when they were just restored
         (then the count is read again)."""
         cred = credential or NO_CREDENTIAL
+        clock = now is None  # the time is ours to take (again after a wait: _choose_in)
         now = now or now_ms()
         head: list[Any] = [topic, now, default_timeout_ms, default_start, address,
                            client_id, client_idle_ms, f",{','.join(skip)}," if skip else "",
@@ -345,7 +346,8 @@ class OffsetStore:
                            cred.key_id, cred.sha256, int(restore), registered_as or topic]
         shards = await self.shards.get(consumer)
         for _ in range(RESHARD_TRIES):
-            got = await self._walk(consumer, client_id, topic, watermarks, head, now, shards)
+            got = await self._walk(consumer, client_id, topic, watermarks, head, now, shards,
+                                   clock)
             if not isinstance(got, _Reshard):
                 return got
             if got.shards < shards and settings_lost is not None and await settings_lost():
@@ -359,13 +361,14 @@ class OffsetStore:
     async def _walk(
         self, consumer: str, client_id: str, topic: str,
         watermarks: dict[str, tuple[int, int]] | MarkLog, head: list[Any], now: int, shards: int,
+        clock: bool,
     ) -> Lock | NoQueue | Paused | Refused | RateLimited | NeedsRestore | _Reshard:
         """Choose in the consumer's shards (store/shards.py): the one shard of a broadcast
         clientId; in cluster mode each in turn from a round-robin start, until one locks a
         queue. "The most backlog" is the most in the first shard that has work."""
         if shards == 1 or client_id:
             name = shard_name(consumer, shard_of(client_id, shards), shards)
-            return await self._choose_in(name, topic, watermarks, head, now, shards, None)
+            return await self._choose_in(name, topic, watermarks, head, now, shards, None, clock)
         turn = self._turns.get(consumer, 0)
         if len(self._turns) >= TURNS_KEPT:
             self._turns.clear()
@@ -374,8 +377,8 @@ class OffsetStore:
         limited: list[int] = []
         for i in range(shards):
             k = (turn + i) % shards
-            got = await self._choose_in(shard_name(consumer, k, shards), topic, watermarks, head, now,
-                                        shards, k)
+            got = await self._choose_in(shard_name(consumer, k, shards), topic, watermarks, head,
+                                        now, shards, k, clock)
             if isinstance(got, NoQueue):
                 if got.wake_ms >= 0:
                     wakes.append(got.wake_ms)
@@ -389,10 +392,11 @@ class OffsetStore:
 
     async def _choose_in(
         self, name: str, topic: str, watermarks: dict[str, tuple[int, int]] | MarkLog,
-        head: list[Any], now: int, shards: int, k: int | None,
+        head: list[Any], now: int, shards: int, k: int | None, clock: bool,
     ) -> Lock | NoQueue | Paused | Refused | RateLimited | NeedsRestore | _Reshard:
         """choose.lua on one shard's keys (``name``: see shards.shard_name); ``k``: send only
-        the queues of shard k (None: every queue)."""
+        the queues of shard k (None: every queue). ``clock``: ``now`` is read again after a wait
+        for another request's full call (the lock's time stamp)."""
         client_id = head[5]
         hkey = self.queues_key(name, client_id)
         keys = [hkey, self.config_key(name), self.clients_key(name),
@@ -412,6 +416,9 @@ class OffsetStore:
                 break
             await asyncio.shield(running)
             since = self._absorbed.get(slot)
+            if clock:
+                now = now_ms()
+                head = [head[0], now, *head[2:]]
         try:
             return await self._choose_with(keys, head, watermarks, slot, since, now, shards, k)
         finally:

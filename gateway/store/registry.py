@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from .changes import RegistryChanges
 from .connect import fields, text, text_dict
 from .keys import KeyLayout
-from .shards import parse_shards, shard_name
+from .shards import parse_shards, shard_name, shard_of
 
 
 class RegistryStore:
@@ -106,12 +106,15 @@ class RegistryStore:
 
     async def known(self, consumer: str, client_id: str = "") -> bool:
         """Whether the consumer (or its broadcast ``client_id``) left any trace: settings,
-        offsets, clientIds, or an entry among the names seen. One round trip per slot."""
+        offsets, clientIds, or an entry among the names seen. One round trip per slot (and one
+        more for a clientId: its consumer's shard count)."""
         k = self._keys
-        if client_id:
+        if client_id:  # in the clientId's shard (store/shards.py)
+            shards = parse_shards(await self._redis.hget(k.config(consumer), "shards"))
+            name = shard_name(consumer, shard_of(client_id, shards), shards)
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.exists(k.queues(consumer, client_id))
-                pipe.zscore(k.clients(consumer), client_id)
+                pipe.exists(k.queues(name, client_id))
+                pipe.zscore(k.clients(name), client_id)
                 n, score = await pipe.execute()
             return bool(n) or score is not None
         # the consumer's keys share its slot; the seen-names zset is the registry's

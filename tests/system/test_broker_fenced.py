@@ -118,6 +118,12 @@ def test_nodes_serve_again_after_their_broker_was_fenced(split: object, redis_ur
             traffic = Traffic(node, topic, group)
             try:
                 for _ in range(FENCINGS):
+                    # Counted only once the broker serves (unfenced): on a loaded machine the
+                    # controller may fence it by itself between two rounds, and a broker stopped
+                    # while already fenced is not fenced again (no new log line: this wait once
+                    # ran out at load 3 on 2 cores).
+                    wait_for(lambda: _brokerserves(split.bootstrap, topic),
+                             "the broker to serve before it is stopped", timeout=120)
                     fenced = _fencings(split.controller.extra["log"])
                     os.killpg(split.broker.proc.pid, signal.SIGSTOP)
                     try:  # stopped until the controller fenced it (its session: 2 s)

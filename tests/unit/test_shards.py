@@ -139,6 +139,8 @@ async def test_broadcast_client_ids_spread_over_shards(gw: Gateway, broker: Memo
         assert await hash_queues(gw.store, shard_name(G, shard_of(c, S), S), c) == set(QUEUES)
     assert len({shard_of(c, S) for c in clients}) > 1  # the test spreads them
     assert sorted(c for c, _ in await gw.store.clients(G)) == clients
+    for c in clients:  # the views find each clientId in its shard
+        await gw.registry.require_seen(G, c)
     [read] = await gw.store.read_consumers([G])
     assert sorted(read.client_queues) == clients
     assert all(len(v) == 8 for v in read.client_queues.values())

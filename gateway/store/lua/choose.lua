@@ -177,24 +177,16 @@ if ARGV[16] == 'delta' then
       if start == 'earliest' then com = lo else com = mx end
       redis.call('HSET', key, p .. 'com', com)
     end
-    if mx > com and (lock == 0 or now - lock >= timeout) then
-      redis.call('ZADD', rkey, com - mx, ix_member(tonumber(v[4]) or 0, q))
-    end
+    ix_file(key, topic, q, {mx, com, lock, v[4]}, now, timeout)
   end
   if tonumber(version) > tonumber(x[2]) then redis.call('HSET', xkey, 'n:' .. source, version) end
   -- Locks that ran out (with the current timeout: a shortened one applies to held locks) are
   -- ready again; the hash keeps their lock time, which flags the takeover.
   local gone = redis.call('ZRANGEBYSCORE', lkey, '-inf', now - timeout)
-  for _, q in ipairs(gone) do
-    redis.call('ZREM', lkey, q)
+  for _, q in ipairs(gone) do  -- (a lock the hash says is live: extended by an older gateway)
     local p = topic .. ':' .. q .. ':'
-    local v = redis.call('HMGET', key, p .. 'max', p .. 'com', p .. 'lock', p .. 'acc')
-    local lock = tonumber(v[3]) or 0
-    if lock ~= 0 and now - lock < timeout then  -- extended by a gateway without the indexes
-      redis.call('ZADD', lkey, lock, q)
-    elseif (tonumber(v[1]) or 0) > (tonumber(v[2]) or 0) then
-      redis.call('ZADD', rkey, tonumber(v[2]) - tonumber(v[1]), ix_member(tonumber(v[4]) or 0, q))
-    end
+    ix_file(key, topic, q, redis.call('HMGET', key, p .. 'max', p .. 'com', p .. 'lock', p .. 'acc'),
+            now, timeout)
   end
   -- The first ready queue not skipped that the hash confirms.
   -- Pages of 2, then 16: the first member is nearly always the one (a page of 16 cost 12 us
@@ -222,11 +214,7 @@ if ARGV[16] == 'delta' then
         -- The hash disagrees: held (a lock the index missed), no backlog, another backlog or
         -- access time. Fix the entry and look again from the top.
         redis.call('ZREM', rkey, member)
-        if v[2] and lock ~= 0 and now - lock < timeout then
-          redis.call('ZADD', lkey, lock, q)
-        elseif v[2] and mx - com > 0 then
-          redis.call('ZADD', rkey, com - mx, ix_member(acc, q))
-        end
+        ix_file(key, topic, q, v, now, timeout)
         fixes = fixes + 1
         if fixes > 64 then return {6} end
         again, offset = true, 0  -- a re-scored entry may now sort before the skipped ones

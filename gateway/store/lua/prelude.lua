@@ -147,27 +147,33 @@ local function ix_expire_like(key, names)
   end
 end
 
--- Put the queue whose fields start with `p` ('topic:queue:') where its hash fields say, after
--- ack.lua, unlock.lua or extend.lua changed them: locked -> the lock index; else with a backlog ->
--- the ready index. Only while the topic's indexes are kept. A ready member of an older `acc` may
+-- File queue q of `topic` in the indexes by its hash fields v = {max, com, lock, acc}: a live
+-- lock -> the lock index (live: younger than `timeout`; nil: any lock is); else out of the lock
+-- index and, with a committed offset and a backlog, into the ready index. The one rule for
+-- ack.lua, unlock.lua and extend.lua (ix_place) and for choose.lua's delta path (the watermarks
+-- applied, expired locks swept, a contradicted entry fixed). A ready member of an older `acc` may
 -- remain: choose.lua drops it when it meets it (the hash disagrees).
+local function ix_file(key, topic, q, v, now, timeout)
+  local r, l = ix_keys(key, topic)
+  local lock = tonumber(v[3]) or 0
+  if lock ~= 0 and (timeout == nil or now - lock < timeout) then
+    redis.call('ZADD', l, lock, q)
+    return
+  end
+  redis.call('ZREM', l, q)
+  local com = tonumber(v[2])
+  local backlog = com and (tonumber(v[1]) or 0) - com or 0
+  if backlog > 0 then redis.call('ZADD', r, -backlog, ix_member(tonumber(v[4]) or 0, q)) end
+end
+
+-- Put the queue whose fields start with `p` ('topic:queue:') where its hash fields say, after
+-- ack.lua, unlock.lua or extend.lua changed them. Only while the topic's indexes are kept.
 local function ix_place(key, p)
   local topic, q = string.match(p, '^(.*):([^:]+):$')
   local r, l, x = ix_keys(key, topic)
   if redis.call('EXISTS', x) == 0 then return end
-  local v = redis.call('HMGET', key, p .. 'max', p .. 'com', p .. 'lock', p .. 'acc')
-  local lock = tonumber(v[3]) or 0
-  if lock ~= 0 then
-    redis.call('ZADD', l, lock, q)
-    ix_expire_like(key, {l})
-    return
-  end
-  redis.call('ZREM', l, q)
-  local backlog = (tonumber(v[1]) or 0) - (tonumber(v[2]) or 0)
-  if backlog > 0 then
-    redis.call('ZADD', r, -backlog, ix_member(tonumber(v[4]) or 0, q))
-    ix_expire_like(key, {r})
-  end
+  ix_file(key, topic, q, redis.call('HMGET', key, p .. 'max', p .. 'com', p .. 'lock', p .. 'acc'))
+  ix_expire_like(key, {r, l})
 end
 
 -- Forget a topic's indexes (a reset or a restore moved offsets of many queues): the next choose
