@@ -197,7 +197,10 @@ class Watermarks:
             return
         lo, hi = e.queues.get(queue, (0, 0))
         if high_watermark > hi:
-            e.marks.update({**e.queues, queue: (lo, high_watermark)}, (queue,))
+            if queue in e.queues:
+                e.marks.raise_one(queue, (lo, high_watermark))
+            else:  # a queue the copy did not list yet: a new copy
+                e.marks.update({**e.queues, queue: (lo, high_watermark)}, (queue,))
 
     @staticmethod
     def _merge(e: _Entry, wm: dict[str, tuple[int, int]]) -> None:

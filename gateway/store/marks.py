@@ -45,6 +45,18 @@ class MarkLog:
             self._log.append((self.version, names))
             self._cache.clear()
 
+    def raise_one(self, queue: str, value: tuple[int, int]) -> None:
+        """One queue of the copy moved (a fetch response saw a higher watermark): changed in
+        place, not copied (copying 4,096 queues per such response cost the node O(partitions)
+        per fetch). Whoever holds :attr:`queues` sees the new value: watermarks only move
+        forward, so that is never wrong. A queue the copy lacks is not added (:meth:`update`)."""
+        if queue not in self.queues:
+            return
+        self.queues[queue] = value
+        self.version += 1
+        self._log.append((self.version, frozenset((queue,))))
+        self._cache.clear()
+
     def changes_since(self, since: int) -> dict[str, tuple[int, int]] | None:
         """The queues whose watermarks changed after version ``since``, as they are now; None
         when the history does not reach back to it (send every queue)."""
