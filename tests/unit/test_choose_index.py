@@ -232,3 +232,17 @@ async def test_concurrent_first_requests_send_every_queue_once(store: OffsetStor
                                    for _ in range(8)))
     assert len({lock.queue for lock in locks if isinstance(lock, Lock)}) == 8
     assert [a[15] for a in sent].count("full") == 1
+
+
+def test_a_fetch_response_raises_one_queue_in_place() -> None:
+    """Watermarks.observe's path: the copy changes in place (no copy of every queue), with a
+    version whose change is that queue alone; a queue the copy lacks is left to update()."""
+    log = MarkLog({"0": (0, 5), "1": (0, 7)})
+    held = log.queues
+    log.update(dict(held), ["0", "1"])
+    v, held = log.version, log.queues
+    log.raise_one("1", (0, 9))
+    assert log.queues is held and held["1"] == (0, 9) and log.version == v + 1
+    assert log.changes_since(v) == {"1": (0, 9)}
+    log.raise_one("7", (0, 1))
+    assert "7" not in log.queues and log.version == v + 1
