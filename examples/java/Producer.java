@@ -7,15 +7,25 @@ import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
 
 /**
- * Produce the lines of stdin to a topic, one record per line, up to 100 records per request.
+ * Produce the lines of stdin to a topic, one record per line, as they come.
  *
- * <pre>printf 'hello\nworld\n' | MQGW_URL=http://127.0.0.1:8080 java -cp out Producer demo</pre> (after javac -d out *.java)
+ * <pre>printf 'hello\nworld\n' | MQGW_URL=http://127.0.0.1:8080 java -cp out Producer demo
+ * tail -f app.log | java -cp out Producer demo</pre> (after javac -d out *.java)
+ *
+ * A batch goes out when it holds 100 lines, or MQGW_LINGER_MS (default 200) after its first line
+ * was read, or when stdin ends; on Ctrl-C (or SIGTERM) the lines read and not yet sent are sent
+ * before it exits (130, or 143). So a pipe that stays open is sent as it flows.
  *
  * Prints where each record went, one JSON line each ({"partition":4,"offset":0}, or
  * {"error":{...}} for a record the broker refused), and exits 1 if any record failed.
@@ -32,6 +42,12 @@ public class Producer {
     static final String URL = System.getenv().getOrDefault("MQGW_URL", "http://127.0.0.1:8080");
     static final String KEY = System.getenv("MQGW_API_KEY");
     static final int BATCH = 100;
+    static final long LINGER_MS = Long.parseLong(System.getenv().getOrDefault("MQGW_LINGER_MS", "200"));
+    /** The reader's mark for the end of stdin (compared by identity). */
+    static final String EOF = new String("");
+    /** Set by the shutdown hook on Ctrl-C or SIGTERM; the main loop then sends what it read. */
+    static volatile boolean stopping = false;
+    static final CountDownLatch finished = new CountDownLatch(1);
     static final long FIRST_RETRY_MS = 500, MAX_RETRY_MS = 10_000;
     // The default client prefers HTTP/2: on http:// it offers an h2c upgrade, which the gateway
     // declines, and the connection goes on as HTTP/1.1.
@@ -42,16 +58,66 @@ public class Producer {
             System.err.println("usage: java -cp out Producer TOPIC  (records: the lines of stdin)");
             System.exit(2);
         }
-        List<String> lines = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))
-                .lines().toList();
-        int failed = 0;
-        for (int i = 0; i < lines.size(); i += BATCH) {
-            for (Object result : produce(args[0], lines.subList(i, Math.min(i + BATCH, lines.size())))) {
-                if (((Map<?, ?>) result).containsKey("error")) failed++;
-                System.out.println(Json.write(result));
+        BlockingQueue<String> lines = new LinkedBlockingQueue<>();
+        Thread reader = new Thread(() -> {
+            try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+                for (String line; (line = in.readLine()) != null; ) lines.add(line);
+            } catch (IOException e) {
+                System.err.println("producer: reading stdin: " + e);
             }
+            lines.add(EOF);
+        });
+        reader.setDaemon(true);
+        reader.start();
+        // On a signal the JVM runs its shutdown hooks and then exits (130 or 143): this one waits
+        // until the loop below has sent what it read.
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            stopping = true;
+            try {
+                finished.await(60, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }));
+        int failed = 0;
+        try {
+            List<String> batch = new ArrayList<>();
+            long due = 0; // when the batch must go: LINGER_MS after its first line
+            for (boolean over = false; !over; ) {
+                long now = System.currentTimeMillis();
+                String line = lines.poll(batch.isEmpty() ? 100 : Math.min(100, Math.max(0, due - now)),
+                        TimeUnit.MILLISECONDS);
+                boolean ended = line == EOF;
+                if (line != null && !ended) {
+                    if (batch.isEmpty()) due = System.currentTimeMillis() + LINGER_MS;
+                    batch.add(line);
+                }
+                if (stopping) { // what the reader already passed on
+                    for (String l; (l = lines.poll()) != null; ) {
+                        if (l == EOF) ended = true;
+                        else batch.add(l);
+                    }
+                }
+                over = ended || stopping;
+                if (!batch.isEmpty() && (over || batch.size() >= BATCH || System.currentTimeMillis() >= due)) {
+                    for (int i = 0; i < batch.size(); i += BATCH) {
+                        for (Object result : produce(args[0], batch.subList(i, Math.min(i + BATCH, batch.size())))) {
+                            if (((Map<?, ?>) result).containsKey("error")) failed++;
+                            System.out.println(Json.write(result));
+                        }
+                    }
+                    System.out.flush();
+                    batch.clear();
+                }
+            }
+        } catch (IllegalStateException e) {
+            System.err.println("producer: " + e.getMessage());
+            failed++;
+        } finally {
+            finished.countDown();
         }
-        System.exit(failed > 0 ? 1 : 0);
+        if (!stopping) System.exit(failed > 0 ? 1 : 0);
+        // stopping: returning lets the shutdown hook end, and the JVM exits as the signal asks
     }
 
     /**
@@ -78,7 +144,9 @@ public class Producer {
             }
             waitMs = Math.max(waitMs, (long) (backoff * ThreadLocalRandom.current().nextDouble(0.5, 1.0)));
             System.err.printf("producer: %s; retrying in %.1f s%n", why, waitMs / 1000.0);
-            Thread.sleep(waitMs);
+            for (long end = System.currentTimeMillis() + waitMs; System.currentTimeMillis() < end; Thread.sleep(100)) {
+                if (stopping) throw new IllegalStateException("stopped while the gateway was away; this batch was not sent");
+            }
         }
     }
 

@@ -1,6 +1,11 @@
-// Produce the lines of stdin to a topic, one record per line, up to 100 records per request.
+// Produce the lines of stdin to a topic, one record per line, as they come.
 //
 //   printf 'hello\nworld\n' | MQGW_URL=http://127.0.0.1:8080 node producer.mjs demo
+//   tail -f app.log | node producer.mjs demo
+//
+// A batch goes out when it holds 100 lines, or MQGW_LINGER_MS (default 200) after its first line
+// was read, or when stdin ends; on Ctrl-C (or SIGTERM) the lines read and not yet sent are sent
+// before it exits (130, or 143). So a pipe that stays open is sent as it flows.
 //
 // Prints where each record went, one JSON line each ({"partition":4,"offset":0}, or {"error":…}
 // for a record the broker refused), and exits 1 if any record failed. Node 18+, no dependencies.
@@ -16,6 +21,7 @@ import { createInterface } from "node:readline";
 const URL = process.env.MQGW_URL ?? "http://127.0.0.1:8080";
 const KEY = process.env.MQGW_API_KEY;
 const BATCH = 100;
+const LINGER_MS = Number(process.env.MQGW_LINGER_MS ?? 200);
 const FIRST_RETRY_MS = 500;
 const MAX_RETRY_MS = 10_000;
 const RETRY_STATUSES = [502, 503, 504]; // a proxy without a node behind it; Kafka unreachable; a timeout
@@ -42,7 +48,12 @@ async function post(path, body) {
     }
     wait = Math.max(wait, backoff * (0.5 + Math.random() / 2));
     console.error(`producer: ${why}; retrying in ${(wait / 1000).toFixed(1)} s`);
-    await sleep(wait);
+    for (const end = Date.now() + wait; Date.now() < end; await sleep(Math.min(100, end - Date.now()))) {
+      if (stopped) {
+        console.error(`producer: stopped while the gateway was away; ${body.messages.length} record(s) of this batch not sent`);
+        process.exit(1);
+      }
+    }
   }
 }
 
@@ -60,13 +71,46 @@ if (!topic) {
   console.error("usage: node producer.mjs TOPIC  (records: the lines of stdin)");
   process.exit(2);
 }
-const lines = [];
-for await (const line of createInterface({ input: process.stdin })) lines.push(line);
+
+let batch = [];
+let timer = null;
+let sending = Promise.resolve(); // batches go out one after another, in order
 let failed = 0;
-for (let i = 0; i < lines.length; i += BATCH) {
-  for (const result of await produce(topic, lines.slice(i, i + BATCH))) {
-    if (result.error) failed++;
-    console.log(JSON.stringify(result));
-  }
+let stopped = 0; // the signal that asked us to stop
+
+// Send what is in the batch now (after the batches before it).
+function flush() {
+  clearTimeout(timer);
+  timer = null;
+  const values = batch;
+  batch = [];
+  if (values.length === 0) return sending;
+  sending = sending.then(async () => {
+    for (let i = 0; i < values.length; i += BATCH) {
+      for (const result of await produce(topic, values.slice(i, i + BATCH))) {
+        if (result.error) failed++;
+        console.log(JSON.stringify(result));
+      }
+    }
+  });
+  return sending;
 }
+
+const input = createInterface({ input: process.stdin });
+input.on("line", (line) => {
+  batch.push(line);
+  if (batch.length >= BATCH) flush();
+  else if (timer === null) timer = setTimeout(flush, LINGER_MS);
+});
+const ended = new Promise((resolve) => input.on("close", resolve));
+for (const [signal, code] of [["SIGINT", 130], ["SIGTERM", 143]]) {
+  process.on(signal, async () => {
+    stopped = code;
+    input.pause();
+    await flush();
+    process.exit(code);
+  });
+}
+await ended;
+await flush();
 process.exitCode = failed ? 1 : 0;

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 
 from ..broker import Broker
 from ..config import Settings
@@ -24,7 +25,7 @@ from .drain import DRAIN
 from .errors import HANDLERS
 from .routes import data_routes
 from .topics import topic_routes
-from .v2 import v2_routes
+from .v2 import http_error, v2_routes
 
 
 def create_app(settings: Settings | None = None, broker: Broker | None = None,
@@ -52,7 +53,7 @@ def create_app(settings: Settings | None = None, broker: Broker | None = None,
     return App(data_routes + v2_routes + admin_routes + topic_routes + console_routes,
                lifespan=lifespan,
                access_log=settings.access_log, access_log_sample=settings.access_log_sample,
-               exception_handlers=HANDLERS)
+               exception_handlers={**HANDLERS, HTTPException: http_error})
 
 
 def factory() -> Starlette:

@@ -218,4 +218,5 @@ def produced_body(p: Produced, delayed: dict[int, Delayed] | None = None) -> dic
 
 
 def cancelled_body(c: Cancelled) -> dict[str, Any]:
-    return {"result": "cancelled", "delayId": c.delay_id, "deliverAt": c.deliver_at, "topic": c.topic}
+    return {"result": "cancelled", "delayId": c.delay_id, "deliverAt": c.deliver_at, "topic": c.topic,
+            "alreadyCancelled": c.already}

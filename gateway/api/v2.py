@@ -11,6 +11,7 @@ status of every error is still decided in one place (api/errors.py).
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Awaitable, Callable
 
 from starlette.exceptions import HTTPException
@@ -48,6 +49,17 @@ def v2(handler: Handler) -> Handler:
     return wrapped
 
 
+#: Paths only the v2 API has: a 404 or 405 there (answered by the router, before any route)
+#: comes in the v2 shape too, as every other answer under them.
+_V2_PATH = re.compile(r"/(topics|brokers)(/.*)?|/consumers/[^/]+(/instances(/.*)?)?/?")
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """The router's 404 and 405 (``HTTPException``): in the v2 shape under a v2 path."""
+    native = await answer(request, exc)
+    return wire.error_response(native, exc) if _V2_PATH.fullmatch(request.url.path) else native
+
+
 def _no_content() -> Response:
     return Response(status_code=204)
 
@@ -79,6 +91,14 @@ async def topics_route(request: Request) -> Response:
     check_query(request, NO_PARAMS)
     await gw.auth.caller(api_credential(request))
     return wire.V2JSON([t.name for t in await gw.topics.list()])
+
+
+async def brokers_route(request: Request) -> Response:
+    """GET /brokers: the broker nodes' ids (Confluent's clients call it to check the proxy)."""
+    gw = services(request)
+    check_query(request, NO_PARAMS)
+    await gw.auth.caller(api_credential(request))
+    return wire.V2JSON({"brokers": await gw.broker.broker_ids()})
 
 
 async def topic_route(request: Request) -> Response:
@@ -186,7 +206,7 @@ async def offsets_route(request: Request) -> Response:
         lost = ", ".join(f"{r.topic}/{r.queue} from offset {r.offset}" for r in done.lost)
         raise Conflict("commit_failed", f"not committed, their locks ran out and the "
                             f"records went (or will go) to another fetch: {lost}")
-    return wire.V2JSON([])
+    return Response(status_code=200)  # as the Confluent proxy: no body
 
 
 async def positions_route(request: Request) -> Response:
@@ -225,6 +245,7 @@ async def topic_or_produce(request: Request) -> Response:
 _I = "/consumers/{group}/instances/{instance}"
 
 v2_routes = [
+    route("/brokers", v2(brokers_route), methods=["GET"]),
     route("/topics", v2(topics_route), methods=["GET"]),
     route("/topics/{topic}", v2(topic_or_produce), methods=["GET", "POST"]),
     route("/topics/{topic}/partitions", v2(topic_route), methods=["GET"]),

@@ -322,6 +322,13 @@ class Broker(ABC):
         :class:`BrokerUnavailable`."""
         raise NotImplementedError(f"{self.name} cannot describe topics")
 
+    async def broker_ids(self) -> list[int]:
+        """The ids of the broker nodes (REST v2 ``GET /brokers``). By default those that serve
+        or hold a copy of a queue of any topic; an adapter that can list its nodes says so."""
+        ids = {i for t in await self.describe_topics() for q in t.queues
+               for i in (q.leader, *q.replicas) if i >= 0}
+        return sorted(ids)
+
     async def create_topic(self, name: str, queues: int, replication: int | None = None,
                            timeout_s: float = 30.0) -> None:
         """Create ``name`` with ``queues`` queues and ``replication`` copies of each (None: the

@@ -1,9 +1,10 @@
 """``mqgw admin ...`` and ``mqgw keys bootstrap``: the admin API from a shell.
 
 Every ``admin`` command is one HTTP call to a gateway node (``--url`` / ``MQGW_URL``) with an
-admin key (``--key`` / ``MQGW_ADMIN_KEY``); it prints the JSON answer and exits 0 on success,
-1 with the error on stderr otherwise. ``keys bootstrap`` is the only command that talks to
-Redis directly: it creates the first admin key, before any key exists to call the API with.
+admin key (``--key`` / ``MQGW_ADMIN_KEY``); it prints the JSON answer (a ``list`` a table:
+cli/tables.py, unless ``--json``) and exits 0 on success, 1 with the error on stderr
+otherwise. ``keys bootstrap`` is the only command that talks to Redis directly: it creates the
+first admin key, before any key exists to call the API with.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from urllib.parse import quote
 
 import httpx
 
+from .tables import render
+
 Call = tuple[str, str, dict[str, Any] | None, dict[str, str] | None]  # method, path, body, query
 
 
@@ -30,7 +33,7 @@ def _consumer_body(a: argparse.Namespace, partial: bool) -> dict[str, Any]:
     if a.topic:
         body["topics"] = a.topic
     for opt, field in (("mode", "mode"), ("timeout_ms", "consumeTimeoutMs"), ("max_batch", "maxBatch"),
-                       ("start", "start")):
+                       ("start", "start"), ("shards", "shards")):
         if getattr(a, opt) is not None:
             body[field] = getattr(a, opt)
     if partial and a.no_rate_limit:
@@ -123,7 +126,8 @@ def run_admin(a: argparse.Namespace) -> int:
     except ValueError:
         out = r.text
     if r.is_success:
-        print(out)
+        table = None if getattr(a, "json", False) else render(a.command, _json(r))
+        print(table if table is not None else out)
         if isinstance(data := _json(r), dict) and data.get("created") is True:
             print(f"mqgw admin: consumer {data.get('consumer')!r} was unknown (never registered, "
                   "seen or given settings): this call created it. Check the name.", file=sys.stderr)
@@ -188,6 +192,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         p = parent.add_parser(name, help=help)
         if with_name:
             p.add_argument("name")
+        if command.endswith("-list"):
+            p.add_argument("--json", action="store_true", help="the API's JSON, not a table")
         p.set_defaults(fn=run_admin, command=command)
         return p
 
@@ -205,6 +211,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         p.add_argument("--retry-delays-ms", help="delay before each retry, e.g. 10000,30000,60000")
         p.add_argument("--retry-max-attempts", type=int, help="deliveries in all, the first included")
         p.add_argument("--dead-letter-topic", help="where records go after the last attempt")
+        p.add_argument("--shards", type=int, help="Redis Cluster slots its offsets spread over "
+                       "(1-16; fixed while it has offsets)")
 
     cons = cmds.add_parser("consumers", help="registered consumers").add_subparsers(dest="c", required=True)
     cmd(cons, "list", "consumers-list", "all consumers", with_name=False)

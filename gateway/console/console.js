@@ -7,7 +7,7 @@
 import { api, errorText, forgetKey, key, seg, useKey } from "./api.js";
 import { initAccess, loadAccess } from "./access.js";
 import { openConsumer, refreshConsumer, settingsChanged } from "./consumer.js";
-import { drawConsumers, initConsumers, loadAlerts, sample } from "./consumers.js";
+import { drawConsumers, initConsumers, listing, loadAlerts, sample } from "./consumers.js";
 import { initDeadLetters } from "./deadletters.js";
 import { initDelayed } from "./delayed.js";
 import { initReset } from "./reset.js";
@@ -30,6 +30,8 @@ async function refresh() {
     const one = view === "consumer" ? shown : "";
     const r = await api("GET", one ? `/admin/backlog?consumer=${seg(one)}` : "/admin/backlog");
     if (r.status === 401 || r.status === 403) {
+      listing.refused = key() ? "The key was refused: enter an admin key above to see the consumers." :
+        "Enter an admin key above to see the consumers.";
       sample([]);
       redraw();
       problem(key() ? `The key was refused (${errorText(r)}).` :
@@ -43,6 +45,7 @@ async function refresh() {
       return;
     }
     problem("");
+    listing.refused = "";
     show($("banner"), key() ? "" :
       "Auth is off on this gateway: anyone who reaches it can use the admin API and this console.");
     sample(r.data.consumers, !!one);

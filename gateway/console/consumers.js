@@ -18,9 +18,13 @@ export const consumers = {
   last: new Map(), // consumer -> {t, committed}: the previous sample
 };
 
+/** The topics it reads (its retry topic is the gateway's, shown apart on its page). */
 export function topicsOf(c) {
-  return [...new Set(c.queues.map((q) => q.topic))].sort();
+  return [...new Set(c.queues.filter((q) => !q.retry).map((q) => q.topic))].sort();
 }
+
+/** Why the list is empty when a key is missing or refused (console.js sets it; "" otherwise). */
+export const listing = { refused: "" };
 
 export function stateOf(c) {
   const parts = [c.paused ? "paused" : "running", c.registered ? "registered" : "open mode"];
@@ -98,6 +102,8 @@ function draw() {
     td(stateOf(c), c.paused ? "paused" : ""),
     el("td", {}, pauseButton(c)))));
   $("empty").hidden = consumers.list.length > 0;
+  $("empty").textContent = listing.refused ||
+    "No consumers yet: a consumer is listed once it fetched or was registered.";
   for (const btn of document.querySelectorAll("#consumers th button[data-sort]")) {
     btn.parentElement.setAttribute("aria-sort",
       btn.dataset.sort === by ? (desc ? "descending" : "ascending") : "none");
@@ -120,8 +126,11 @@ function drawAlerts(data) {
 
 /** The alerts that fire, as the last evaluation left them. */
 export async function loadAlerts() {
-  const r = await act(output("al-result"), "GET", "/admin/alerts");
-  if (r) drawAlerts(r.data);
+  const out = output("al-result");
+  const r = await act(out, "GET", "/admin/alerts");
+  if (!r) return;
+  out.clear(); // an earlier failure (before a key was entered) is over
+  drawAlerts(r.data);
 }
 
 async function evaluate() {

@@ -14,8 +14,9 @@ async function cancel(ev) {
   const q = producer ? `?producer=${seg(producer)}` : "";
   const r = await act(out, "DELETE", `/delayed/${seg(id)}${q}`);
   if (!r) return;
-  out.ok(`Cancelled: the record for ${r.data.topic}, due ${fmtTime(r.data.deliverAt)}, ` +
-    "will not be delivered.");
+  const due = `the record for ${r.data.topic}, due ${fmtTime(r.data.deliverAt)}`;
+  out.ok(r.data.alreadyCancelled ? `Already cancelled before: ${due}; nothing changed.` :
+    `Cancelled: ${due}, will not be delivered.`);
 }
 
 export function initDelayed() {

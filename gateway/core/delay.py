@@ -121,6 +121,9 @@ class Cancelled:
     delay_id: str
     deliver_at: int
     topic: str
+    #: an earlier cancel had done it (nothing changed): the console says so rather than
+    #: "Cancelled" again
+    already: bool = False
 
 
 class DelayService:
@@ -297,7 +300,7 @@ class DelayService:
             raise Conflict("already_delivered", f"this delayed record is delivered or on its "
                            f"way: a cancel must come at least {cutoff} ms before the due time",
                            deliverAt=ref.due)
-        return Cancelled(delay_id, ref.due, ref.topic)
+        return Cancelled(delay_id, ref.due, ref.topic, outcome is CancelOutcome.ALREADY_CANCELLED)
 
 
     async def _cancel_native(self, delay_id: str, ref: DelayRef, cutoff: int) -> Cancelled:

@@ -64,8 +64,9 @@ async def collect(gw: Any, consumers: list[str] | None = None,
     for c in read:
         g, cfg = c.consumer, c.config
         age = with_age(cfg) if callable(with_age) else with_age
-        rows = [_row(q, None, his, now, peeks if age else None) for q in c.queues]
-        client_rows = [(cid, ts, [_row(q, cid, his, now, peeks if age else None)
+        prefix = gw.settings.retry_topic_prefix
+        rows = [_row(q, None, his, now, peeks if age else None, prefix) for q in c.queues]
+        client_rows = [(cid, ts, [_row(q, cid, his, now, peeks if age else None, prefix)
                                   for q in c.client_queues[cid]]) for cid, ts in c.clients]
         out.append((g, cfg, age, rows, client_rows))
     await peeks.run()  # fills every row's oldestAgeMs
@@ -102,13 +103,16 @@ def thresholds(cfg: dict[str, str]) -> dict[str, int]:
 
 
 def _row(q: QueueState, client_id: str | None, his: dict[str, dict[str, int]], now: int,
-         peeks: _Peeks | None) -> dict[str, Any]:
+         peeks: _Peeks | None, retry_prefix: str) -> dict[str, Any]:
     r = queue_row(q, his.get(q.topic, {}).get(q.queue, 0), now)
     row: dict[str, Any] = {
         "clientId": client_id, "topic": r.topic, "queue": r.queue,
         "maxOffset": r.max_offset, "committedOffset": r.committed, "backlog": r.backlog,
         "lockAgeMs": r.lock_age_ms, "lastAccessMs": r.last_access_ms,
         "oldestAgeMs": None,
+        # the consumer's retry topic (nacked records waiting for their next attempt), not one
+        # of the topics it reads: the console lists it apart
+        "retry": r.topic.startswith(retry_prefix),
     }
     if peeks is not None and r.backlog > 0:
         peeks.add(row)

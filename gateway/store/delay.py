@@ -38,7 +38,8 @@ class Settled(str, Enum):
 class CancelOutcome(str, Enum):
     """What delay_marks.lua decided about a cancel (its whole reply)."""
 
-    CANCELLED = "cancelled"  # now, or already before
+    CANCELLED = "cancelled"  # now
+    ALREADY_CANCELLED = "already_cancelled"  # by an earlier cancel (nothing changed)
     DELIVERED = "delivered"  # the relay delivered it before its cancel window closed
     TOO_LATE = "too_late"  # the cancel window closed: delivered, or on its way
 

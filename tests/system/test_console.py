@@ -214,11 +214,15 @@ def test_the_console_asks_for_a_key_lists_a_consumer_and_pauses_it(
     assert "needs an admin key" in problem
     assert d.switch_to.active_element.get_attribute("id") == "key"  # focus is in the key field
     assert row(d, g) is None
+    # the empty list asks for the key (it said "No consumers yet"), the alerts card says why
+    assert "Enter an admin key" in d.find_element(By.ID, "empty").text
+    assert "401" in wait(d, "the alerts' refusal", lambda d: d.find_element(By.ID, "al-result").text)
     d.save_screenshot(str(tmp_path / "console-no-key.png"))
 
     d.find_element(By.ID, "key").send_keys(sec.admin_key)
     d.find_element(By.ID, "key-use").click()
     wait(d, f"consumer {g}", lambda d: row(d, g))
+    wait(d, "the alerts' refusal gone", lambda d: "401" not in d.find_element(By.ID, "al-result").text)
     assert d.execute_script("return sessionStorage.getItem('mqgw.adminKey')") == sec.admin_key
     assert d.get_cookies() == []  # the key is never a cookie
     wait(d, "its backlog", lambda d: cells(d, g)[3] == "5")
@@ -488,6 +492,9 @@ def test_topics_keys_producers_delayed_records_and_the_report_link(
     d.find_element(By.ID, "dy-cancel").click()
     accept(d, "Cancel this delayed record?")
     assert topic in result(d, "dy-result", "Cancelled")
+    d.find_element(By.ID, "dy-cancel").click()  # again: said so, not "Cancelled" again
+    accept(d, "Cancel this delayed record?")
+    assert topic in result(d, "dy-result", "Already cancelled")
     fill_in(d, "dy-id", "not-a-delay-id")  # the API's refusal, as it says it
     d.find_element(By.ID, "dy-cancel").click()
     accept(d, "Cancel this delayed record?")
@@ -586,11 +593,21 @@ def test_the_console_says_when_auth_is_off_and_fits_a_phone(
     api.config(g, start="earliest")
     api.produce_exact(topic, ["a", "b"])
     api.message(consumer=g, topic=topic, max=1)
+    # a consumer with a retry topic (a nacked record came back from it): its topics are its own
+    g2 = unique("console")
+    api.config(g2, start="earliest", retry={"delaysMs": [100]})
+    first = api.message(consumer=g2, topic=topic, max=1).json()
+    assert api.http.post(api.url("/nack"), json={"requestId": first["requestId"]}).status_code == 200
+    again = api.message(consumer=g2, topic=topic, max=2, wait_ms=10_000).json()
+    assert again.get("retryTopic"), again  # the due retry first, from the retry topic
+    api.ack(again["requestId"])
     d = browser
     open_console(d, api.url("/console"))
     banner = wait(d, "the auth-off banner", lambda d: d.find_element(By.ID, "banner").text)
     assert "Auth is off" in banner
     wait(d, f"consumer {g}", lambda d: row(d, g))
+    wait(d, f"consumer {g2}", lambda d: row(d, g2))
+    assert cells(d, g2)[2] == topic, cells(d, g2)  # not its retry topic
     d.find_element(By.ID, "filter").send_keys(g)  # the filter keeps only matching rows
     wait(d, "only the filtered row", lambda d: [
         r.get_attribute("data-consumer") for r in
@@ -603,6 +620,11 @@ def test_the_console_says_when_auth_is_off_and_fits_a_phone(
     try:
         assert d.execute_script(
             "return document.documentElement.scrollWidth <= window.innerWidth + 1")
+        # backlog, state and the pause button in view, no sideways scroll needed to reach them
+        assert d.execute_script(
+            "const b = [...document.querySelectorAll('#consumers tbody button')].find("
+            "  (x) => x.getAttribute('aria-label') === arguments[0]);"
+            "return b.getBoundingClientRect().right <= window.innerWidth", f"Pause {g}")
         d.save_screenshot(str(tmp_path / "console-phone.png"))
         press(d, g, f"open consumer {g}")
         wait(d, "its page", lambda d: d.find_element(By.ID, "view-consumer").is_displayed())

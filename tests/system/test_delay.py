@@ -310,8 +310,10 @@ def test_cancel_before_and_after_the_due_time(
             r = http.delete(f"{node.url}/delayed/{drop['delayId']}")
             assert r.status_code == 200, r.text
             assert r.json() == {"result": "cancelled", "delayId": drop["delayId"],
-                                "deliverAt": drop["deliverAt"], "topic": topic}
-            assert http.delete(f"{node.url}/delayed/{drop['delayId']}").status_code == 200  # again
+                                "deliverAt": drop["deliverAt"], "topic": topic,
+                                "alreadyCancelled": False}
+            again = http.delete(f"{node.url}/delayed/{drop['delayId']}")  # again: fine, and said
+            assert again.status_code == 200 and again.json()["alreadyCancelled"] is True
             coll.wait_for(2, 30)
             assert set(coll.arrived) == {"keep", "now"}
             r = http.delete(f"{node.url}/delayed/{keep['delayId']}")

@@ -14,6 +14,8 @@ is skipped.
 
 from __future__ import annotations
 
+import array
+import fcntl
 import json
 import os
 import re
@@ -21,7 +23,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import termios
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +43,7 @@ LOCK_MS = 600_000  # see the module docstring
 BOUND_S = 120  # the most any one consumer is given to see its records (a bound, not a timing)
 #: What the examples read from the environment: never inherited from the test's own.
 EXAMPLE_ENV = ("MQGW_URL", "MQGW_API_KEY", "MQGW_PRODUCER", "MQGW_CLIENT_ID", "MQGW_FAIL_ONCE",
-               "MQGW_WAIT_MS")
+               "MQGW_WAIT_MS", "MQGW_LINGER_MS")
 
 
 @dataclass
@@ -123,9 +127,12 @@ def _env(url: str, **extra: str) -> dict[str, str]:
 class Running:
     """A consumer example as a process, with its stdout lines (records) collected as they come."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], stdin: Path | None = None) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], stdin: Path | None = None,
+                 pipe: bool = False) -> None:
+        """``pipe``: stdin is a pipe this test writes to (:meth:`write`) and keeps open."""
         with open(stdin or os.devnull, "rb") as input_:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdin=input_,
+            self.proc = subprocess.Popen(argv, env=env, cwd=ROOT,
+                                         stdin=subprocess.PIPE if pipe else input_,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                          start_new_session=True)
         self.records: list[dict[str, Any]] = []
@@ -143,6 +150,27 @@ class Running:
                 self._changed.notify_all()
         with self._changed:
             self._changed.notify_all()
+
+    def write(self, lines: list[str]) -> None:
+        """Lines into its stdin pipe, left open."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("".join(v + "\n" for v in lines))
+        self.proc.stdin.flush()
+
+    def read_all_and_idle(self) -> bool:
+        """It took every byte written to its stdin (the pipe is empty) and every thread of it
+        sleeps: what it read is in its hands, nothing is on its way in."""
+        assert self.proc.stdin is not None
+        waiting = array.array("i", [0])
+        fcntl.ioctl(self.proc.stdin.fileno(), termios.FIONREAD, waiting)
+        if waiting[0]:
+            return False
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+        try:
+            states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        return all(s in ("S", "D", "I") for s in states)
 
     def values(self) -> set[str]:
         with self._changed:
@@ -181,8 +209,9 @@ def start() -> Iterator[Callable[..., Running]]:
     killed."""
     started: list[Running] = []
 
-    def run(argv: list[str], env: dict[str, str], stdin: Path | None = None) -> Running:
-        started.append(Running(argv, env, stdin))
+    def run(argv: list[str], env: dict[str, str], stdin: Path | None = None,
+            pipe: bool = False) -> Running:
+        started.append(Running(argv, env, stdin, pipe))
         return started[-1]
     yield run
     for r in started:
@@ -308,3 +337,37 @@ def test_a_producer_waits_for_the_gateway(programs: Programs, redis_url: str, bo
         assert consumer.stop() == 0, consumer.log()
     finally:
         node.stop()
+
+
+def test_a_producer_sends_a_pipe_as_it_flows_and_what_it_read_when_stopped(
+        programs: Programs, node: Node, api: Api, make_topic: Callable[..., str],
+        start: Callable[..., Running]) -> None:
+    """``tail -f app.log | producer``: lines go out while stdin stays open (a batch leaves
+    MQGW_LINGER_MS after its first line), and Ctrl-C sends the lines read and not sent yet.
+    Before: the producers read stdin to its end first, so an open pipe sent nothing, and Ctrl-C
+    dropped everything read."""
+    topic = make_topic(1, "ex")
+    flowing = start([*programs.producer, topic], _env(node.url, MQGW_LINGER_MS="20"), pipe=True)
+    flowing.write(["a1", "a2"])
+    flowing.wait_for(lambda: len(flowing.records) >= 2)  # sent; stdin still open
+    flowing.write(["a3"])
+    flowing.wait_for(lambda: len(flowing.records) >= 3)
+    assert flowing.proc.poll() is None
+
+    # A linger longer than any test: only the stop can send what it read.
+    held = start([*programs.producer, topic], _env(node.url, MQGW_LINGER_MS="3600000"), pipe=True)
+    held.write(["b1", "b2"])
+    deadline = time.monotonic() + BOUND_S
+    calm = 0
+    while calm < 3:  # read, and asleep, three looks in a row
+        assert time.monotonic() < deadline and held.proc.poll() is None, held.log()
+        calm = calm + 1 if held.read_all_and_idle() else 0
+        time.sleep(0.02)
+    assert held.records == []
+    held.proc.send_signal(signal.SIGINT)
+    assert held.finish(60) == 130, held.log()
+    assert len(held.records) == 2 and not [r for r in held.records if "error" in r], held.records
+    flowing.proc.send_signal(signal.SIGTERM)
+    assert flowing.finish(60) == 143, flowing.log()
+    end = api.http.get(api.url(f"/admin/topics/{topic}")).json()["partitions"][0]["endOffset"]
+    assert end == 5

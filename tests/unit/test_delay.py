@@ -84,8 +84,9 @@ async def test_cancel_before_the_cutoff_and_refusals_after_it(delay: DelayServic
                                      [now + 600_000, now + 1_500])
     far, near = delayed[0].delay_id, delayed[1].delay_id
     c = await delay.cancel(far)
-    assert (c.delay_id, c.deliver_at, c.topic) == (far, now + 600_000, T)
-    assert (await delay.cancel(far)).delay_id == far  # again: still cancelled, not an error
+    assert (c.delay_id, c.deliver_at, c.topic, c.already) == (far, now + 600_000, T, False)
+    again = await delay.cancel(far)  # again: still cancelled, not an error, and said so
+    assert (again.delay_id, again.already) == (far, True)
     clock.advance(600)  # Redis' clock: within delay_cancel_cutoff_ms (1 s) of its due time
     with pytest.raises(Conflict) as e:
         await delay.cancel(near)

@@ -63,3 +63,11 @@ def test_links_and_anchors_resolve() -> None:
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                 bad.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
     assert not bad, "\n".join(bad)
+
+
+def test_user_docs_cite_nothing_a_user_cannot_read() -> None:
+    """The design seeds (``../shared/seeds``) are not shipped: "as in seed 001" told a user
+    nothing. The user's documents and the API spec say what they mean instead."""
+    for path in [*(p for p in DOCS if p.name != "BENCHMARKS.md"), ROOT / "openapi.yaml"]:
+        text = path.read_text()
+        assert not re.search(r"\bseeds?[ /]0\d\d", text), path

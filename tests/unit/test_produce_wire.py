@@ -115,4 +115,5 @@ def test_the_produce_answer() -> None:
         {"error": {"code": "unknown_topic", "message": "nope"}},
         {"queue": "broker-a.3", "offset": 7}]  # RocketMQ's queue ids are not partition numbers
     assert cancelled_body(Cancelled("id1", NOW, T)) == \
-        {"result": "cancelled", "delayId": "id1", "deliverAt": NOW, "topic": T}
+        {"result": "cancelled", "delayId": "id1", "deliverAt": NOW, "topic": T,
+         "alreadyCancelled": False}

@@ -1,7 +1,11 @@
-// Producer produces the lines of stdin to a topic, one record per line, up to 100 records per
-// request.
+// Producer produces the lines of stdin to a topic, one record per line, as they come.
 //
 //	printf 'hello\nworld\n' | MQGW_URL=http://127.0.0.1:8080 go run ./producer demo
+//	tail -f app.log | go run ./producer demo
+//
+// A batch goes out when it holds 100 lines, or MQGW_LINGER_MS (default 200) after its first line
+// was read, or when stdin ends; on Ctrl-C (or SIGTERM) the lines read and not yet sent are sent
+// before it exits (130, or 143). So a pipe that stays open is sent as it flows.
 //
 // It prints where each record went, one JSON line each ({"partition":4,"offset":0}, or
 // {"error":{...}} for a record the broker refused), and exits 1 if any record failed.
@@ -23,7 +27,10 @@ import (
 	"math/rand"
 	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -34,6 +41,9 @@ const (
 )
 
 var client = &http.Client{Timeout: 30 * time.Second}
+
+// stopped is the exit code a stop signal asked for (0: none yet).
+var stopped int32
 
 type record struct {
 	Value string `json:"value"`
@@ -83,7 +93,12 @@ func post(path string, data []byte) (int, []byte) {
 			wait = jittered
 		}
 		fmt.Fprintf(os.Stderr, "producer: %s; retrying in %.1f s\n", why, wait.Seconds())
-		time.Sleep(wait)
+		for end := time.Now().Add(wait); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if atomic.LoadInt32(&stopped) != 0 {
+				fmt.Fprintln(os.Stderr, "producer: stopped while the gateway was away; this batch was not sent")
+				os.Exit(1)
+			}
+		}
 	}
 }
 
@@ -112,39 +127,102 @@ func baseURL() string {
 	return "http://127.0.0.1:8080"
 }
 
+func lingerTime() time.Duration {
+	if ms, err := strconv.Atoi(os.Getenv("MQGW_LINGER_MS")); err == nil {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return 200 * time.Millisecond
+}
+
 func main() {
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: producer TOPIC  (records: the lines of stdin)")
 		os.Exit(2)
 	}
-	var lines []string
-	scanner := bufio.NewScanner(os.Stdin)
-	scanner.Buffer(make([]byte, 1<<20), 1<<20) // records up to 1 MiB
-	for scanner.Scan() {
-		lines = append(lines, scanner.Text())
-	}
+	// The lines, read by a goroutine of their own as they come; closed at the end of stdin.
+	lines := make(chan string, batchSize)
+	go func() {
+		scanner := bufio.NewScanner(os.Stdin)
+		scanner.Buffer(make([]byte, 1<<20), 1<<20) // records up to 1 MiB
+		for scanner.Scan() {
+			lines <- scanner.Text()
+		}
+		close(lines)
+	}()
+	// A stop is noted at once (a batch being retried while the gateway is away sees it) and
+	// then handled by the loop below, between batches.
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	stop := make(chan struct{})
+	go func() {
+		code := int32(130)
+		if <-signals == syscall.SIGTERM {
+			code = 143
+		}
+		atomic.StoreInt32(&stopped, code)
+		close(stop)
+	}()
+
 	failed := 0
-	for i := 0; i < len(lines); i += batchSize {
-		end := i + batchSize
-		if end > len(lines) {
-			end = len(lines)
-		}
-		results, err := produce(os.Args[1], lines[i:end])
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		for _, result := range results {
-			var r struct {
-				Error json.RawMessage `json:"error"`
+	var batch []string
+	send := func() {
+		for len(batch) > 0 {
+			n := len(batch)
+			if n > batchSize {
+				n = batchSize
 			}
-			if json.Unmarshal(result, &r) == nil && r.Error != nil {
-				failed++
+			results, err := produce(os.Args[1], batch[:n])
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
 			}
-			fmt.Println(string(result))
+			for _, result := range results {
+				var r struct {
+					Error json.RawMessage `json:"error"`
+				}
+				if json.Unmarshal(result, &r) == nil && r.Error != nil {
+					failed++
+				}
+				fmt.Println(string(result))
+			}
+			batch = batch[n:]
 		}
 	}
-	if failed > 0 {
-		os.Exit(1)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok { // the end of stdin
+				send()
+				if failed > 0 {
+					os.Exit(1)
+				}
+				return
+			}
+			batch = append(batch, line)
+			if len(batch) >= batchSize {
+				send()
+			} else if len(batch) == 1 {
+				linger.Reset(lingerTime())
+			}
+		case <-linger.C:
+			send()
+		case <-stop:
+			for drained := false; !drained; { // lines the reader already passed on
+				select {
+				case line, ok := <-lines:
+					if ok {
+						batch = append(batch, line)
+					} else {
+						drained = true
+					}
+				default:
+					drained = true
+				}
+			}
+			send()
+			os.Exit(int(atomic.LoadInt32(&stopped)))
+		}
 	}
 }

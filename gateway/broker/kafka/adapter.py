@@ -85,6 +85,9 @@ class KafkaBroker(Broker):
     async def describe_topics(self, names: list[str] | None = None) -> list[TopicInfo]:
         return await self._metadata.describe_topics(names)
 
+    async def broker_ids(self) -> list[int]:
+        return await self._metadata.broker_ids()
+
     # -- topic creation -------------------------------------------------------------------
     async def ensure_topics(self, topics: dict[str, int], timeout_s: float = 30.0,
                             compacted: bool = False) -> None:

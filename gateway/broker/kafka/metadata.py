@@ -85,6 +85,17 @@ class Metadata:
         found: set[str] = await self._clients.run(names)
         return found
 
+    async def broker_ids(self) -> list[int]:
+        """The cluster's broker ids, as a metadata answer lists them (the admin client, as
+        :meth:`topics`)."""
+        def ids() -> list[int]:
+            try:
+                return sorted(self._clients.admin.list_topics(timeout=5).brokers)
+            except KafkaException as e:
+                raise BrokerUnavailable(str(e)) from None
+        found: list[int] = await self._clients.run(ids)
+        return found
+
     async def ping(self) -> None:
         """A metadata request through the admin client, in a thread of its own
         (:attr:`Clients.probe`): the readiness check must not queue behind requests whose

@@ -8,14 +8,14 @@
 -- cancel window closed: for that case alone it writes 'd', kept until the due time.
 --
 -- cancel (one key):  ARGV = 'cancel', due (ms), cutoff (ms), the mark's expiry (unix ms)
---                    returns 'cancelled' (also when it already was), 'delivered' or 'too_late'
+--                    returns 'cancelled', 'already_cancelled', 'delivered' or 'too_late'
 --                    (store/delay.py: CancelOutcome)
 -- deliver (a batch): KEYS[i] the mark of record i; ARGV = 'deliver', cutoff (ms), then the due
 --                    time of record i at ARGV[2 + i]. Returns the indexes (1-based) of the
 --                    cancelled records, which the relay drops.
 if ARGV[1] == 'cancel' then
   local mark = redis.call('GET', KEYS[1])
-  if mark == 'c' then return 'cancelled' end
+  if mark == 'c' then return 'already_cancelled' end
   if mark == 'd' then return 'delivered' end
   if clock_ms() >= tonumber(ARGV[2]) - tonumber(ARGV[3]) then return 'too_late' end
   redis.call('SET', KEYS[1], 'c', 'PXAT', ARGV[4])
