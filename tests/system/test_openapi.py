@@ -1400,12 +1400,19 @@ def test_unknown_route_is_404_error_body(api: Api, method: str, path: str) -> No
                                          ("GET", "/admin/consumers/g/pause"), ("PATCH", "/admin/producers/p"),
                                          ("DELETE", "/admin/keys"), ("PUT", "/admin/keys/0123456789abcdef"),
                                          ("GET", "/consumers/g"), ("PUT", "/topics/t"),
-                                         ("DELETE", "/topics/t/partitions/0")])
+                                         ("DELETE", "/topics/t/partitions/0"), ("POST", "/brokers")])
 def test_undocumented_method_is_405_error_body(api: Api, method: str, path: str) -> None:
+    """In the gateway's error shape, or under a path only the REST v2 API has, in its shape
+    (``{"error_code", "message"}``, as every other answer there)."""
     template = next(p for p in SPEC["paths"] if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", p), path))
     assert method.lower() not in SPEC["paths"][template]
     r = api.http.request(method, api.url(path))
     assert r.status_code == 405
+    if path.startswith(("/topics", "/brokers", "/consumers/g")) and "/queues" not in path:
+        assert r.headers["content-type"] == "application/vnd.kafka.v2+json"
+        assert_valid(r.json(), "/components/schemas/V2Error", f"{method} {path}")
+        assert r.json()["error_code"] == 405 and r.json()["code"] == "method_not_allowed"
+        return
     assert_valid(r.json(), "/components/schemas/Error", f"{method} {path}")
     assert r.json()["error"]["code"] == "method_not_allowed"
 

@@ -20,8 +20,9 @@ import pytest
 import redis
 
 from gateway.cli import devstack
+from gateway.store.shards import shard_name, shard_of
 
-from ..support import Api, Tally, consume, start_node, unique
+from ..support import Api, Tally, consume, read_checkpoint, start_node, unique
 
 pytestmark = [
     pytest.mark.slow,  # starts Redis Clusters
@@ -170,6 +171,67 @@ def test_a_primary_holding_a_shard_dies_and_nothing_is_lost(bootstrap: str, make
         assert set(tally.seen) == set(values), sorted(set(values) - set(tally.seen))[:5]
         assert tally.duplicate_not_redelivered == []
         assert len(primaries(cluster)) == 3  # the dead one's replica took its slots
+    finally:
+        for n in nodes:
+            n.stop()
+        cluster.stop()
+
+
+@pytest.mark.timeout(300)
+def test_a_cluster_emptied_mid_run_loses_nothing_and_files_every_queue_in_its_shard(
+        bootstrap: str, make_topic: Any, tmp_path: Path) -> None:
+    """FLUSHALL on every primary in the middle of a run of a group with 3 shards: the registry
+    comes back from its copy in the broker (shards included) before any queue is given a
+    position again, the positions from the checkpoint, nothing is lost, every duplicate is
+    flagged, and each queue is filed again in its own shard (a node still believing 3 shards
+    was told "1" by the empty Redis, and asked for the registry's copy first)."""
+    cluster = devstack.start_redis_cluster(3)
+    nodes = []
+    try:
+        nodes = [start_node(cluster.url, bootstrap, tmp_path, consume_timeout_ms=2000,
+                            checkpoint_interval_ms=300) for _ in range(2)]
+        urls = [n.url for n in nodes]
+        api = Api(urls)
+        parts = 6
+        topic, group = make_topic(parts), unique()
+        r = api.http.put(api.url(f"/admin/consumers/{group}"),
+                         json={"topics": [topic], "start": "earliest", "shards": SHARDS})
+        assert r.status_code == 201, r.text
+        values = [f"v{i}" for i in range(600)]
+        for i in range(0, len(values), 100):
+            api.produce(topic, values[i:i + 100])
+        ports = primaries(cluster)
+        seed = redis.RedisCluster(host="127.0.0.1", port=ports[0])
+        tally = Tally()
+
+        async def run() -> None:
+            async def flush_soon() -> None:
+                while len(tally.seen) < 200:  # noqa: ASYNC110 - the tally has no event to wait on
+                    await asyncio.sleep(0.05)
+                # the registration's copy is in the broker, and a checkpoint of every queue
+                while seed.scard("mqgw:{reg}:copy_pending") or len(await asyncio.to_thread(  # noqa: ASYNC110
+                        read_checkpoint, bootstrap, "mqgw." + group, topic, parts)) < parts:
+                    await asyncio.sleep(0.1)
+                for p in ports:
+                    with redis.Redis(port=p) as r:
+                        r.flushall()
+            await asyncio.gather(
+                consume(urls, group, topic, len(values), tally, consumers=4, max_messages=10,
+                        deadline_s=200, retry_503=True),
+                flush_soon())
+        asyncio.run(run())
+        seed.close()
+        assert set(tally.seen) == set(values), sorted(set(values) - set(tally.seen))[:5]
+        assert tally.duplicate_not_redelivered == []
+        assert api.http.get(api.url(f"/admin/consumers/{group}")).json()["shards"] == SHARDS
+        for k in range(SHARDS):  # every queue filed in its own shard only
+            name = shard_name(group, k, SHARDS)
+            port = next(p for p in ports if keys_of(p, group) and
+                        f"mqgw:{{{name}}}:q" in keys_of(p, group))
+            with redis.Redis(port=port) as r:
+                fields = [f.decode() for f in r.hkeys(f"mqgw:{{{name}}}:q")]
+            filed = {f.split(":")[1] for f in fields if f.count(":") == 2 and f.startswith(topic)}
+            assert filed and all(shard_of(q, SHARDS) == k for q in filed), (k, filed)
     finally:
         for n in nodes:
             n.stop()
