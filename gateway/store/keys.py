@@ -31,8 +31,8 @@ each have a slot of their own.
 ``P:{G#k}:...``             (all)   shard k = 1..S-1 of a consumer with ``shards`` S > 1
                                     (store/shards.py): every ``{G}`` key above under the tag
                                     ``{G#k}`` or ``{G#k.j}`` (shards.shard_name; shard 0 is
-                                    ``{G}``): the queues ``crc32(queue) % S == k`` (cluster
-                                    mode) or clientIds ``crc32(clientId) % S == k``
+                                    ``{G}``): the queues ``shard_of(queue) == k`` (cluster
+                                    mode) or clientIds ``shard_of(clientId) == k``
                                     (broadcast), copies of ``cfg`` (rate and burst divided by
                                     S) and of ``auth``
 ``P:{wm:<topic>}``          hash    broker watermarks ``queue:lo|hi``, ``queues``, ``ts``, ``ver``,

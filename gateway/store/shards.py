@@ -4,9 +4,9 @@ All of a consumer's keys share its hash tag ``{G}``, so one consumer group is on
 whatever the size of the cluster (issue 35). A consumer with the setting ``shards`` = S > 1 keeps
 its keys under S tags: shard 0 is ``{G}`` (exactly the layout of a consumer with one shard), shard
 k a tag ``{G#k}`` or ``{G#k.j}`` (``#`` is not allowed in names: core/names.py; see
-:func:`shard_name` for which). In cluster mode queue q lives
-in shard ``crc32(q) % S``; in broadcast mode a clientId c's offsets live in shard
-``crc32(c) % S`` (a clientId reads every queue, so it stays in one shard and needs no walk).
+:func:`shard_name` for which). In cluster mode queue q lives in shard :func:`shard_of` (q); in
+broadcast mode a clientId c's offsets live in shard :func:`shard_of` (c) (a clientId reads every
+queue, so it stays in one shard and needs no walk).
 Every shard holds a copy of the consumer's settings and grants, which its scripts read in their
 own slot (store/registry.py writes them), with the rate limit divided by S: each shard has a
 bucket of its own.
@@ -66,8 +66,18 @@ def shard_name(consumer: str, k: int, shards: int) -> str:
 
 
 def shard_of(key: str, shards: int) -> int:
-    """The shard of a queue id (cluster mode) or a clientId (broadcast mode)."""
-    return zlib.crc32(key.encode()) % shards if shards > 1 else 0
+    """The shard of a queue id (cluster mode) or a clientId (broadcast mode). Numbered ids go
+    round robin, so a topic's queues spread evenly: Kafka's partition ``"7"`` is 7 % S, and
+    RocketMQ's ``"broker-a.7"`` is (crc32 of ``broker-a``) + 7, % S. Other ids by crc32 (a
+    crc32 of every id put none of partitions 0-5 in shard 0 of 3)."""
+    if shards <= 1:
+        return 0
+    if key.isdigit():
+        return int(key) % shards
+    head, _, tail = key.rpartition(".")
+    if head and tail.isdigit():
+        return (zlib.crc32(head.encode()) + int(tail)) % shards
+    return zlib.crc32(key.encode()) % shards
 
 
 def parse_shards(value: object) -> int:
@@ -83,7 +93,7 @@ def part(items: Mapping[str, V], k: int, shards: int) -> dict[str, V]:
     """The entries of ``items`` (keyed by queue id) that shard ``k`` of ``shards`` holds."""
     if shards <= 1:
         return dict(items)
-    return {q: v for q, v in items.items() if zlib.crc32(q.encode()) % shards == k}
+    return {q: v for q, v in items.items() if shard_of(q, shards) == k}
 
 
 def owned(rows: list[QueueState], k: int, shards: int) -> list[QueueState]:

@@ -240,3 +240,14 @@ def test_shards_land_in_equal_slot_ranges_one_each(shards: int) -> None:
         bands = [int(key_slot(shard_name(g, k, shards).encode()) // (16_384 / shards))
                  for k in range(shards)]
         assert sorted(bands) == list(range(shards)), (g, bands)
+
+
+def test_a_topics_queues_spread_evenly() -> None:
+    """Numbered queues go round robin (a crc32 of each id put none of 6 partitions in shard 0 of
+    3); other ids, clientIds among them, by crc32."""
+    from collections import Counter
+
+    assert Counter(shard_of(str(p), 3) for p in range(6)) == {0: 2, 1: 2, 2: 2}
+    assert Counter(shard_of(f"broker-a.{q}", 3) for q in range(6)) == {0: 2, 1: 2, 2: 2}
+    assert Counter(shard_of(str(p), 4) for p in range(1024)) == dict.fromkeys(range(4), 256)
+    assert shard_of("host-a.4711", 1) == 0 and 0 <= shard_of("client-x", 3) < 3
