@@ -213,8 +213,13 @@ def test_cli_lists_describes_and_creates(api: Api) -> None:
     assert (body["name"], body["partitionCount"]) == (name, 2)
     rc, body, _ = mqgw("describe", name)
     assert rc == 0 and [queue_of(p) for p in body["partitions"]] == [queue_ref(0), queue_ref(1)]
-    rc, body, _ = mqgw("list", "--internal")
+    rc, body, _ = mqgw("list", "--internal", "--json")
     assert rc == 0 and name in _by_name(body)
+    table = subprocess.run([sys.executable, "-m", "gateway", "admin", "--url", url, "topics", "list"],
+                           cwd=ROOT, env={**os.environ, "MQGW_ADMIN_KEY": ""}, capture_output=True,
+                           text=True, timeout=60)  # by default a table: one line a topic
+    assert table.returncode == 0 and table.stdout.startswith("TOPIC")
+    assert [ln.split()[:2] for ln in table.stdout.splitlines() if ln.startswith(name)] == [[name, "2"]]
     rc, _, err = mqgw("create", name, "--partitions", "2")
     assert rc == 1 and "409" in err and "topic_exists" in err
     rc, _, err = mqgw("create", unique("cli"), "--partitions", "1", "--replication-factor", "0")
