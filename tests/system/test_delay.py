@@ -25,7 +25,7 @@ import pytest
 
 from gateway.core.wheel import DEFAULT_LEVELS_MS, Wheel, parse_levels
 
-from ..support import HMAC_KEY, LEVELS, TEST_BROKER, Node, start_node, topic_queues, unique
+from ..support import HMAC_KEY, LEVELS, ON_ROCKETMQ, TEST_BROKER, Node, start_node, topic_queues, unique
 
 #: the broker adapter itself: run on every broker (tests/conftest.py)
 pytestmark = pytest.mark.every_broker
@@ -313,7 +313,9 @@ def test_cancel_before_and_after_the_due_time(
                                 "deliverAt": drop["deliverAt"], "topic": topic,
                                 "alreadyCancelled": False}
             again = http.delete(f"{node.url}/delayed/{drop['delayId']}")  # again: fine, and said
-            assert again.status_code == 200 and again.json()["alreadyCancelled"] is True
+            # the wheel's mark tells a second cancel; RocketMQ's own timers (the broker holds
+            # the record) answer a recall alike either time: always false there
+            assert again.status_code == 200 and again.json()["alreadyCancelled"] is (not ON_ROCKETMQ)
             coll.wait_for(2, 30)
             assert set(coll.arrived) == {"keep", "now"}
             r = http.delete(f"{node.url}/delayed/{keep['delayId']}")
