@@ -123,6 +123,14 @@ class Settings:
     #: How long a REST v2 ``GET .../records`` waits for records when neither the request
     #: (``timeout``) nor the instance (``consumer.request.timeout.ms``) says (Confluent's 1000).
     instance_wait_ms: int = 1_000
+    #: The user's Schema Registry, by Confluent's API (Confluent's, Karapace, Apicurio Registry's
+    #: ``http://host:8080/apis/ccompat/v6``), for REST v2's ``avro``, ``protobuf`` and
+    #: ``jsonschema`` formats ('' = those formats are refused). Nodes keep only a cache of it.
+    schema_registry_url: str = ""
+    #: ``user:password`` for the registry's HTTP basic auth ('' = none).
+    schema_registry_user_info: str = ""
+    #: How long one registry call may take; beyond it the request is answered 503.
+    schema_registry_timeout_ms: int = 5_000
     #: Largest request body accepted, in bytes.
     max_body_bytes: int = 8 * 1024 * 1024
     #: Largest number of messages in one produce request.
@@ -288,6 +296,9 @@ class Settings:
         if s.report_url and not re.match(r"(https?://|/(?!/))", s.report_url):
             raise SettingsError("report_url (MQGW_REPORT_URL) must be an http(s) URL or a path "
                                 f"starting with '/', not {s.report_url!r}")
+        if s.schema_registry_url and not re.match(r"https?://", s.schema_registry_url):
+            raise SettingsError("schema_registry_url (MQGW_SCHEMA_REGISTRY_URL) must be an "
+                                f"http(s) URL, not {s.schema_registry_url!r}")
         if not 0 <= s.access_log_sample <= 1:
             raise SettingsError("access_log_sample (MQGW_ACCESS_LOG_SAMPLE) is a share of requests, "
                                 f"from 0 to 1, not {s.access_log_sample!r}")

@@ -35,10 +35,12 @@ from .core.registry import Registry
 from .core.registry_copy import RegistryCopy
 from .core.relay import RELAY_CONSUMER, Relay
 from .core.requestid import RequestIdCodec
+from .core.schemas import SchemaService
 from .core.topics import TopicService
 from .core.watermarks import Watermarks
 from .ops import metrics
 from .ops.alerts import AlertMonitor
+from .schemas import RegistryClient
 from .store import OffsetStore, Redis
 
 log = logging.getLogger("mqgw")
@@ -67,6 +69,8 @@ class Services:
     alerts: AlertMonitor
     #: REST v2 consumer instances (``/consumers/{group}/instances/...``).
     instances: InstanceService
+    #: The user's Schema Registry (REST v2's avro, protobuf and jsonschema); None: not set.
+    schemas: SchemaService | None = None
     #: None: this process does not relay (``relay = false``, or the broker delays natively).
     relay: Relay | None = None
     #: Topics nobody may name through the API: the gateway's own and the broker's.
@@ -133,14 +137,20 @@ async def _open(settings: Settings, stack: AsyncExitStack, given_broker: Broker 
     gate = ProduceGate(store, settings.open_mode, internal=internal)
     delay = DelayService(settings, store, b)
     stack.push_async_callback(delay.close)
+    schemas = SchemaService(RegistryClient(
+        settings.schema_registry_url, settings.schema_registry_user_info,
+        settings.schema_registry_timeout_ms)) if settings.schema_registry_url else None
+    if schemas is not None:
+        stack.push_async_callback(schemas.close)
     relay = Relay(settings, store, b, wm, delay, metrics.delay_moved, checkpoints) \
         if settings.relay or not serve else None
     s = Services(settings, store, b, wm, consume, registry, keys, auth, checkpoints, gate, delay,
                  NackService(settings, store, b, consume, delay),
                  DeadLetters(settings, store, b, wm, checkpoints), TopicService(settings, b, wm),
                  copy, AlertMonitor(settings, store, b, registry),
-                 InstanceService(settings, store, consume, auth, registry, checkpoints),
-                 relay, internal, stack)
+                 InstanceService(settings, store, consume, auth, registry, checkpoints,
+                                 schemas),
+                 schemas, relay, internal, stack)
 
     if serve:
         await copy.start()  # a Redis that lost the registry gets it back before this serves

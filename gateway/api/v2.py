@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..broker import OutgoingMessage
 from ..core.errors import Conflict, invalid, unknown
 from ..core.fetch import FetchStatus
 from ..core.instances import Committed
@@ -70,18 +71,31 @@ async def produce_route(request: Request) -> Response:
     gw = services(request)
     credential = api_credential(request)
     check_query(request, _PRODUCE_PARAMS)
-    fmt = wire.produce_format(request.headers.get("content-type"))
+    fmt = wire.produce_format(request.headers.get("content-type"), gw.schemas is not None)
     topic = check_topic(request.path_params["topic"])
     raw_partition = request.path_params.get("partition")
     queue = wire.partition_param(raw_partition) if raw_partition is not None else None
     producer = check_name(request.query_params.get("producer"), "producer", required=False)
     body = await read_json(request, gw.settings.max_body_bytes, required=True)
-    messages = wire.parse_produce(body, fmt, queue, gw.settings.max_produce_batch)
-    await gw.produce_gate.check(credential, producer, topic)
+    kind = fmt.kind
+    ids: tuple[int | None, int | None] = (None, None)
+    if kind is None:
+        messages = wire.parse_produce(body, fmt, queue, gw.settings.max_produce_batch)
+        await gw.produce_gate.check(credential, producer, topic)
+    else:  # the schemas registered (or looked up) only once the caller may produce here
+        assert gw.schemas is not None  # (produce_format refuses these formats without one)
+        key_spec, value_spec, raw = wire.parse_schema_produce(body, queue,
+                                                              gw.settings.max_produce_batch)
+        await gw.produce_gate.check(credential, producer, topic)
+        enc = await gw.schemas.encode(topic, kind, key_spec, value_spec, [r.key for r in raw],
+                                      [r.value for r in raw])
+        ids = (enc.key_id, enc.value_id)
+        messages = [OutgoingMessage(v, k, queue=r.queue)
+                    for r, k, v in zip(raw, enc.keys, enc.values, strict=True)]
     result = await within_produce_timeout(produce(gw.broker, topic, messages),
                                           gw.settings.produce_timeout_ms)
     metrics.produced(len(result.results) - result.failed, result.failed)
-    return wire.V2JSON(wire.produced_body(result))
+    return wire.V2JSON(wire.produced_body(result, *ids))
 
 
 # -- topics ------------------------------------------------------------------------------------
@@ -173,7 +187,7 @@ async def records_route(request: Request) -> Response:
         raise invalid("invalid_max_bytes", "max_bytes must be an integer")
     if raw_max is not None and raw_max.startswith("-"):
         max_bytes = 0  # as kafka-rest: 0 or less is no limit
-    inst, got = await gw.instances.records(
+    inst, got, decoded = await gw.instances.records(
         api_credential(request), *_names(request), fmt,
         None if timeout is None or timeout < 0 else timeout, max_bytes, client_address(request))
     metrics.fetched(got.status.value, got.count, bool(got.batch and got.batch.redelivered))
@@ -181,7 +195,8 @@ async def records_route(request: Request) -> Response:
         retry_s = str(max(1, -(-got.retry_after_ms // 1000)))
         raise ApiError(429, "rate_limited", f"over consumer {inst.consumer!r}'s rate limit; "
                        f"retry in {got.retry_after_ms} ms", headers={"Retry-After": retry_s})
-    return Response(wire.records_body(got, inst.format), media_type=wire.records_type(inst.format))
+    return Response(wire.records_body(got, inst.format, decoded),
+                    media_type=wire.records_type(inst.format))
 
 
 async def offsets_route(request: Request) -> Response:

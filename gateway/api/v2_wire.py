@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from starlette.responses import Response
@@ -18,8 +18,9 @@ from starlette.responses import Response
 from ..broker import QUEUE_ID, BrokerUnavailable, OutgoingMessage, ProduceError, QueueInfo
 from ..core.errors import TooLarge, invalid
 from ..core.fetch import Fetched
-from ..core.instances import Format, Instance
+from ..core.instances import Decoded, Format, Instance
 from ..core.produce import Produced
+from ..core.schemas import SchemaSpec
 from ..core.topics import Topic
 from .errors import ApiError
 from .http import JSON
@@ -57,14 +58,16 @@ def embedded(media: str) -> str | None:
     return None
 
 
-def produce_format(content_type: str | None) -> Format:
-    """The embedded format of a produce request: ``json`` or ``binary``; else ``415``."""
+def produce_format(content_type: str | None, registry: bool) -> Format:
+    """The embedded format of a produce request: ``json``, ``binary``, or (with a schema
+    ``registry``) ``avro``, ``protobuf``, ``jsonschema``; else ``415``."""
     types = media_types(content_type)
     fmt = embedded(types[0]) if types else None
-    if fmt in ("json", "binary"):
+    if fmt is not None and (registry or fmt in ("json", "binary")):
         return Format(fmt)
-    hint = f"{fmt!r} needs a schema registry, which this gateway has not" if fmt else \
-        "produce takes application/vnd.kafka.json.v2+json or application/vnd.kafka.binary.v2+json"
+    hint = f"{fmt!r} needs a schema registry, which this gateway has not (set " \
+        "schema_registry_url: MQGW_SCHEMA_REGISTRY_URL)" if fmt else \
+        "produce takes application/vnd.kafka.{json,binary,avro,protobuf,jsonschema}.v2+json"
     raise ApiError(415, "unsupported_media_type", f"Content-Type {types[0] if types else 'none'}: "
                    f"{hint}")
 
@@ -80,19 +83,14 @@ def check_request_type(content_type: str | None) -> None:
 
 def records_format(accept: str | None) -> Format | None:
     """The format an ``Accept`` header reads records in: ``binary`` for the binary type or
-    plain v2 (as Confluent), ``json`` for json, None for anything (``*/*``, JSON, none: the
-    instance's own); ``406`` for a format this gateway does not serve."""
-    asked = None
+    plain v2 (as Confluent), the embedded format of another v2 type, None for anything
+    (``*/*``, JSON, none: the instance's own)."""
     for media in media_types(accept):
         if media == V2:
             return Format.BINARY
         fmt = embedded(media)
-        if fmt in ("json", "binary"):
-            return Format(fmt)
         if fmt is not None:
-            asked = fmt
-    if asked is not None:
-        raise ApiError(406, "format_mismatch", f"records are served as binary or json, not {asked}")
+            return Format(fmt)
     return None
 
 
@@ -103,8 +101,48 @@ def records_type(fmt: Format) -> str:
 # -- produce -----------------------------------------------------------------------------------
 def parse_produce(body: Any, fmt: Format, queue: str | None,
                   max_batch: int) -> list[OutgoingMessage]:
-    """``{"records": [{"key", "value", "partition"}], <schema fields>}`` as broker messages;
-    ``queue``: the path's partition, which a record's own ``partition`` overrides."""
+    """``{"records": [{"key", "value", "partition"}], <schema fields>}`` of a ``binary`` or
+    ``json`` produce as broker messages; ``queue``: the path's partition, which a record's own
+    ``partition`` overrides."""
+    return [OutgoingMessage(_payload(r.get("value"), fmt, i, "value"),
+                            _payload(r.get("key"), fmt, i, "key"), queue=q)
+            for i, (r, q) in enumerate(_records(body, queue, max_batch))]
+
+
+def parse_schema_produce(body: Any, queue: str | None, max_batch: int,
+                         ) -> tuple[SchemaSpec | None, SchemaSpec | None, list[RawRecord]]:
+    """An ``avro``, ``protobuf`` or ``jsonschema`` produce: the key's and the value's schema
+    (``*_schema``: its text; ``*_schema_id``: a registered id), and the records' JSON keys,
+    values and queues, to be encoded with them (core/schemas.py)."""
+    records = _records(body, queue, max_batch)
+    return (_schema_spec(body, "key"), _schema_spec(body, "value"),
+            [RawRecord(r.get("key"), r.get("value"), q) for r, q in records])
+
+
+class RawRecord(NamedTuple):
+    key: Any
+    value: Any
+    queue: str | None
+
+
+def _schema_spec(body: dict[str, Any], side: str) -> SchemaSpec | None:
+    text, schema_id = body.get(f"{side}_schema"), body.get(f"{side}_schema_id")
+    if text is not None and schema_id is not None:
+        raise invalid("invalid_schema", f"give {side}_schema or {side}_schema_id, not both")
+    if text is not None:
+        if not isinstance(text, str) or not text.strip():
+            raise invalid("invalid_schema", f"{side}_schema must be the schema's text (a string)")
+        return SchemaSpec(text=text)
+    if schema_id is not None:
+        n = json_int(schema_id)
+        if n is None or not 0 <= n < 2**31:
+            raise invalid("invalid_schema", f"{side}_schema_id must be a schema id (an integer)")
+        return SchemaSpec(id=n)
+    return None
+
+
+def _records(body: Any, queue: str | None, max_batch: int) -> list[tuple[dict[str, Any], str | None]]:
+    """The records of a produce body, each with the queue it names (or the path's)."""
     if not isinstance(body, dict):
         raise invalid("invalid_body", "request body must be a JSON object")
     extra = set(body) - {"records"} - _SCHEMA_FIELDS
@@ -116,21 +154,17 @@ def parse_produce(body: Any, fmt: Format, queue: str | None,
     if len(records) > max_batch:
         raise TooLarge("too_many_messages", f"at most {max_batch} records per request",
                        limit=max_batch)
-    return [_record(r, i, fmt, queue) for i, r in enumerate(records)]
-
-
-def _record(r: Any, i: int, fmt: Format, queue: str | None) -> OutgoingMessage:
-    if not isinstance(r, dict):
-        raise invalid("invalid_message", f"records[{i}] must be an object", index=i)
-    extra = set(r) - _RECORD_FIELDS
-    if extra:
-        raise invalid("unknown_field", f"records[{i}]: unknown field(s): "
-                      f"{', '.join(sorted(extra))}", index=i)
-    p = r.get("partition")
-    if p is not None:
-        queue = partition_param(p, f"records[{i}].partition")
-    return OutgoingMessage(_payload(r.get("value"), fmt, i, "value"),
-                           _payload(r.get("key"), fmt, i, "key"), queue=queue)
+    out = []
+    for i, r in enumerate(records):
+        if not isinstance(r, dict):
+            raise invalid("invalid_message", f"records[{i}] must be an object", index=i)
+        extra = set(r) - _RECORD_FIELDS
+        if extra:
+            raise invalid("unknown_field", f"records[{i}]: unknown field(s): "
+                          f"{', '.join(sorted(extra))}", index=i)
+        p = r.get("partition")
+        out.append((r, partition_param(p, f"records[{i}].partition") if p is not None else queue))
+    return out
 
 
 def partition_param(p: Any, where: str = "partition") -> str:
@@ -165,7 +199,8 @@ def _payload(v: Any, fmt: Format, i: int, name: str) -> bytes | None:
 _PRODUCE_ERRORS = {ProduceError.UNKNOWN_TOPIC: 40401, ProduceError.UNKNOWN_PARTITION: 40402}
 
 
-def produced_body(p: Produced) -> dict[str, Any]:
+def produced_body(p: Produced, key_schema_id: int | None = None,
+                  value_schema_id: int | None = None) -> dict[str, Any]:
     offsets: list[dict[str, Any]] = []
     for r in p.results:
         if r.error_code:
@@ -175,7 +210,8 @@ def produced_body(p: Produced) -> dict[str, Any]:
         else:
             offsets.append({"partition": partition_json(r.queue), "offset": r.offset,
                             "error_code": None, "error": None})
-    return {"key_schema_id": None, "value_schema_id": None, "offsets": offsets}
+    return {"key_schema_id": key_schema_id, "value_schema_id": value_schema_id,
+            "offsets": offsets}
 
 
 def partition_json(queue: str) -> int | str:
@@ -214,9 +250,8 @@ def create_request(body: dict[str, Any]) -> dict[str, Any]:
                       f"gateway takes {', '.join(sorted(_CREATE_FIELDS))})")
     name = body.get("id") or body.get("name")  # ``id``, the older name, wins as in Confluent
     fmt = body.get("format", "binary")
-    if not isinstance(fmt, str) or fmt.lower() not in ("binary", "json"):
-        raise invalid("invalid_format", f"format {fmt!r}: this gateway serves binary and json "
-                      "(avro, jsonschema and protobuf need a schema registry)")
+    if not isinstance(fmt, str) or fmt.lower() not in _EMBEDDED:
+        raise invalid("invalid_format", f"format {fmt!r}: one of {', '.join(_EMBEDDED)}")
     reset = body.get("auto.offset.reset")
     if reset is not None and (not isinstance(reset, str) or reset.lower() not in _RESETS):
         raise invalid("invalid_consumer_config", "auto.offset.reset must be earliest or latest")
@@ -290,16 +325,20 @@ def committed_body(rows: list[tuple[str, str, int]]) -> dict[str, Any]:
                         for t, q, o in rows]}
 
 
-def records_body(f: Fetched, fmt: Format) -> bytes:
-    """The records of a fetch as v2 JSON: binary ones base64, json ones the JSON they hold."""
+def records_body(f: Fetched, fmt: Format, decoded: list[Decoded] | None = None) -> bytes:
+    """The records of a fetch as v2 JSON: binary ones base64, json ones the JSON they hold,
+    those of a Schema Registry format as ``decoded`` (core/instances.py)."""
     b = f.batch
     if b is None:
         return b"[]"
     part = partition_json(b.queue)
     out = []
-    for r in b.records:
-        out.append({"topic": f.topic, "key": _out(r.key, fmt, f, part, r.offset),
-                    "value": _out(r.value, fmt, f, part, r.offset), "partition": part,
+    for i, r in enumerate(b.records):
+        if decoded is not None:
+            (_, key), (_, value) = decoded[i]
+        else:
+            key, value = _out(r.key, fmt, f, part, r.offset), _out(r.value, fmt, f, part, r.offset)
+        out.append({"topic": f.topic, "key": key, "value": value, "partition": part,
                     "offset": r.offset})
     return orjson.dumps(out)
 
@@ -328,6 +367,11 @@ _CODES: dict[str, tuple[int, int]] = {
     "format_mismatch": (406, 40601), "json_conversion": (422, 42203),
     "invalid_consumer_config": (422, 42204), "invalid_format": (422, 42204),
     "invalid_json": (400, 400), "rate_limited": (429, 42901),
+    # the Schema Registry formats (kafka-rest's key and value schema missing, invalid schema;
+    # an incompatible schema keeps the registry's own 409)
+    "key_schema_missing": (422, 42201), "value_schema_missing": (422, 42202),
+    "invalid_schema": (422, 42205), "unknown_schema": (422, 42205),
+    "schema_kind_mismatch": (422, 42205), "incompatible_schema": (409, 409),
 }
 _BY_STATUS = {400: (422, 422), 401: (401, 40101), 403: (403, 40301), 429: (429, 42901),
               500: (500, 50002)}

@@ -32,23 +32,25 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
 from ..broker import UnknownTopic
 from ..config import Settings
+from ..schemas import Kind
 from ..store import AckOutcome, AckResult, Credential, InstanceGone, OffsetStore, now_ms
 from ..store.instances import BATCH, VERSION, Written, fetched_ms, pending
 from .auth import Authorizer
 from .checkpoint import Checkpoints
 from .consume import ConsumeService
-from .errors import Conflict, DomainError, denied, invalid, unknown
+from .errors import Busy, Conflict, DomainError, denied, invalid, unknown
 from .fetch import Fetched, FetchParams, FetchStatus
 from .names import InternalTopics, check_name, check_public_topic
 from .registry import Registry, topics_refused
 from .requestid import BatchRef
 from .reset import ResetRequest, reset
+from .schemas import SchemaService
 
 #: Pending batches an instance keeps at most (one per ``records`` without a commit): beyond it
 #: the oldest are forgotten (their locks ran out long ago: redelivered, nothing lost).
@@ -62,10 +64,26 @@ KNOWN_MAX = 10_000
 
 
 class Format(StrEnum):
-    """How an instance's records travel: ``binary`` (base64) or ``json`` (the JSON they hold)."""
+    """How an instance's records travel: ``binary`` (base64), ``json`` (the JSON they hold), or
+    decoded with their schema from the Schema Registry (``avro``, ``protobuf``,
+    ``jsonschema``: core/schemas.py)."""
 
     BINARY = "binary"
     JSON = "json"
+    AVRO = "avro"
+    PROTOBUF = "protobuf"
+    JSONSCHEMA = "jsonschema"
+
+    @property
+    def kind(self) -> Kind | None:
+        """The schema kind of a Schema Registry format; None for binary and json."""
+        return _KINDS.get(self)
+
+
+_KINDS = {Format.AVRO: Kind.AVRO, Format.PROTOBUF: Kind.PROTOBUF, Format.JSONSCHEMA: Kind.JSON}
+
+#: A record's key and value decoded: (schema id, JSON value) each, (None, None) for a null.
+Decoded = tuple[tuple[int | None, Any], tuple[int | None, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +140,11 @@ class Committed:
 class InstanceService:
     def __init__(self, settings: Settings, store: OffsetStore, consume: ConsumeService,
                  authorizer: Authorizer, registry: Registry,
-                 checkpoints: Checkpoints | None = None) -> None:
+                 checkpoints: Checkpoints | None = None,
+                 schemas: SchemaService | None = None) -> None:
         self.settings = settings
+        #: The Schema Registry's formats; None: not configured (those formats are refused).
+        self.schemas = schemas
         self.registry = registry
         self.checkpoints = checkpoints
         self.store = store
@@ -145,6 +166,10 @@ class InstanceService:
                      max_records: int | None) -> Instance:
         consumer = check_name(consumer, "consumer")
         name = check_name(name, "instance", required=False) or f"rest-consumer-{uuid.uuid4().hex}"
+        if fmt.kind is not None and self.schemas is None:
+            raise invalid("invalid_format", f"format {fmt.value!r} decodes records with their "
+                          "schemas, and this gateway has no schema registry (set "
+                          "schema_registry_url: MQGW_SCHEMA_REGISTRY_URL)")
         await self.auth.require_consume(credential, consumer)
         await self._unsharded(consumer)
         inst = Instance(consumer, name, fmt, reset, auto_commit,
@@ -208,9 +233,11 @@ class InstanceService:
     # -- records and offsets ----------------------------------------------------------------
     async def records(self, credential: Credential | None, consumer: str, name: str,
                       fmt: Format | None, wait_ms: int | None, max_bytes: int,
-                      address: str, again: bool = False) -> tuple[Instance, Fetched]:
+                      address: str, again: bool = False,
+                      ) -> tuple[Instance, Fetched, list[Decoded] | None]:
         """One fetch over the subscription (``fmt``: the format the caller reads, which must be
-        the instance's). With auto-commit, what the last call returned is committed first."""
+        the instance's), and, for a Schema Registry format, its records decoded. With
+        auto-commit, what the last call returned is committed first."""
         # The key is checked by the fetch's script, at no cost of its own; a refusal before it
         # is answered only once the key was checked (api/routes.py key_first).
         inst = self._known.get((consumer, name))
@@ -235,7 +262,7 @@ class InstanceService:
             await self.auth.require_consume(credential, consumer)
             await self._write(inst)  # (its life extended; it must still be there)
             await asyncio.sleep(wait / 1000)
-            return inst, Fetched(FetchStatus.EMPTY, inst.topics[0])
+            return inst, Fetched(FetchStatus.EMPTY, inst.topics[0]), None
         settled = self._refs(inst) if inst.auto_commit else {}
         piggy = next((r for r, ref in settled.items() if ref.topic in topics), "")
         others = {r: ref for r, ref in settled.items() if r != piggy}
@@ -246,8 +273,15 @@ class InstanceService:
             credential=credential, also_topics=tuple(topics[1:]), max_bytes=max_bytes,
             start=inst.reset))
         unreadable: DomainError | None = None
+        decoded: list[Decoded] | None = None
         if got.batch is not None and inst.format is Format.JSON:
-            got, unreadable = self._readable_part(got)
+            bad = next((i for i, r in enumerate(got.batch.records)
+                        if not (_is_json(r.key) and _is_json(r.value))), None)
+            if bad is not None:
+                got, unreadable = self._readable_part(got, bad, "is not JSON: read this "
+                                                      "consumer's records as binary (format: binary)")
+        elif got.batch is not None and inst.format.kind is not None:
+            got, decoded, unreadable = await self._decoded(got, inst.format, credential)
         put: dict[str, str] = {}
         if got.batch is not None:
             ref = got.batch.ref
@@ -271,11 +305,36 @@ class InstanceService:
             raise _gone(consumer, name)
         if unreadable is not None:
             raise unreadable
-        return inst, got
+        return inst, got, decoded
 
-    def _readable_part(self, got: Fetched) -> tuple[Fetched, DomainError | None]:
-        """A json instance's batch cut at its first record that is not JSON (key or value), so
-        that no commit goes past records nobody received (issue 33: a batch with one bad
+    async def _decoded(self, got: Fetched, fmt: Format, credential: Credential | None,
+                       ) -> tuple[Fetched, list[Decoded], DomainError | None]:
+        """A schema format's batch decoded, cut at its first record that does not decode (as a
+        json instance's at one that is not JSON). A registry that does not answer hands the
+        batch back (``/unlock``: fetched again at once, not after the lock timeout) and the
+        call is answered 503."""
+        b, kind = got.batch, fmt.kind
+        assert b is not None and b.ref is not None and kind is not None and self.schemas
+        out: list[Decoded] = []
+        for i, r in enumerate(b.records):
+            try:
+                out.append((await self.schemas.decode(kind, r.key),
+                            await self.schemas.decode(kind, r.value)))
+            except Busy:
+                await self.consume.release(b.ref, credential)
+                raise
+            except DomainError as e:
+                cut, error = self._readable_part(got, i, f"does not decode as {fmt.value} "
+                                                 f"({e.message}): read this consumer's records "
+                                                 "as binary (format: binary)")
+                return cut, out, error
+        return got, out, None
+
+    def _readable_part(self, got: Fetched, bad: int,
+                       problem: str) -> tuple[Fetched, DomainError | None]:
+        """A batch cut at its first record (``bad``) the instance cannot read (a json one's
+        that is not JSON, a schema format's that does not decode: ``problem``), so that no
+        commit goes past records nobody received (issue 33: a batch with one bad
         record was answered 422 and then committed whole, losing the valid records after it).
         Records before the bad one are answered, as a batch ending there; a bad record first is
         a batch of its own, answered ``422`` (``42203``) and pending like any batch: the next
@@ -283,10 +342,6 @@ class InstanceService:
         uncommitted, it comes back after the lock timeout."""
         b = got.batch
         assert b is not None and b.ref is not None
-        bad = next((i for i, r in enumerate(b.records)
-                    if not (_is_json(r.key) and _is_json(r.value))), None)
-        if bad is None:
-            return got, None
         cut = b.records[bad].offset + 1 if bad == 0 else b.records[bad].offset
         ref = replace(b.ref, next_offset=cut)
         batch = replace(b, records=b.records[:max(bad, 1)], next_offset=cut, ref=ref,
@@ -296,8 +351,7 @@ class InstanceService:
         part = int(b.queue) if b.queue.isdigit() else b.queue
         return replace(got, batch=batch), invalid(
             "json_conversion", f"the record at {b.topic} partition {part} offset "
-            f"{b.records[0].offset} is not JSON: read this consumer's records as binary "
-            "(format: binary); the next commit goes past it")
+            f"{b.records[0].offset} {problem}; the next commit goes past it")
 
     async def commit(self, credential: Credential | None, consumer: str, name: str,
                      offsets: list[tuple[str, str, int]] | None) -> Committed:

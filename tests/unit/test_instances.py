@@ -31,7 +31,7 @@ async def make(svc: InstanceService, name: str = "i", commit: bool = True, **kw:
 
 
 async def records(svc: InstanceService, name: str = "i") -> list[bytes | None]:
-    _, got = await svc.records(None, G, name, None, 0, 0, "unit")
+    _, got, _ = await svc.records(None, G, name, None, 0, 0, "unit")
     return [r.value for r in got.batch.records] if got.batch else []
 
 

@@ -12,11 +12,13 @@ from gateway.api.errors import ApiError
 from gateway.api.http import JSON
 from gateway.api.v2_wire import (
     V2,
+    RawRecord,
     check_request_type,
     create_request,
     error_response,
     offsets_request,
     parse_produce,
+    parse_schema_produce,
     produce_format,
     produced_body,
     records_body,
@@ -27,15 +29,22 @@ from gateway.core.errors import Invalid, TooLarge
 from gateway.core.fetch import Batch, Fetched, FetchStatus
 from gateway.core.instances import Format
 from gateway.core.produce import Produced
+from gateway.core.schemas import SchemaSpec
 
 
 def test_the_produce_format_is_the_content_types_embedded_one() -> None:
-    assert produce_format("application/vnd.kafka.json.v2+json; charset=utf-8") is Format.JSON
-    assert produce_format("application/vnd.kafka.binary.v2+json") is Format.BINARY
+    assert produce_format("application/vnd.kafka.json.v2+json; charset=utf-8", False) is Format.JSON
+    assert produce_format("application/vnd.kafka.binary.v2+json", False) is Format.BINARY
     for bad in (None, "application/json", V2, "application/vnd.kafka.avro.v2+json"):
         with pytest.raises(ApiError) as e:
-            produce_format(bad)
+            produce_format(bad, False)
         assert e.value.status == 415
+    # with a schema registry: its formats too
+    assert produce_format("application/vnd.kafka.avro.v2+json", True) is Format.AVRO
+    assert produce_format("application/vnd.kafka.protobuf.v2+json", True) is Format.PROTOBUF
+    assert produce_format("application/vnd.kafka.jsonschema.v2+json", True) is Format.JSONSCHEMA
+    with pytest.raises(ApiError):
+        produce_format("application/json", True)
 
 
 def test_consumer_requests_take_any_v2_type_json_or_none() -> None:
@@ -50,9 +59,8 @@ def test_accept_picks_the_records_format() -> None:
     assert records_format(V2) is Format.BINARY  # as kafka-rest: plain v2 is binary
     assert records_format("application/vnd.kafka.json.v2+json, */*") is Format.JSON
     assert records_format("*/*") is None and records_format(None) is None
-    with pytest.raises(ApiError) as e:
-        records_format("application/vnd.kafka.avro.v2+json")
-    assert e.value.status == 406
+    # the instance decides whether it may: core/instances.py answers format_mismatch (406)
+    assert records_format("application/vnd.kafka.avro.v2+json") is Format.AVRO
 
 
 def test_json_values_are_stored_as_their_json_text_binary_as_bytes() -> None:
@@ -99,7 +107,7 @@ def test_an_instance_request_in_confluents_and_strimzis_words() -> None:
     assert args == {"name": "i", "fmt": Format.JSON, "reset": "earliest", "auto_commit": False,
                     "wait_ms": 250, "max_records": 5}
     assert create_request({})["fmt"] is Format.BINARY and create_request({})["auto_commit"]
-    for bad in ({"format": "avro"}, {"auto.offset.reset": "none"}, {"auto.commit.enable": "yes"},
+    for bad in ({"format": "xml"}, {"auto.offset.reset": "none"}, {"auto.commit.enable": "yes"},
                 {"fetch.min.bytes": 10**9}, {"nmae": "x"}):
         with pytest.raises(Invalid):
             create_request(bad)
@@ -151,3 +159,17 @@ def test_the_error_shape_keeps_the_status_table_and_names_the_code() -> None:
     assert v2(503, "unavailable", BrokerUnavailable())[1]["error_code"] == 50302
     assert v2(503, "unavailable")[1]["error_code"] == 50301
     assert v2(500, "internal")[1]["error_code"] == 50002
+
+
+def test_a_schema_produce_names_its_schemas_by_text_or_id() -> None:
+    key, value, raw = parse_schema_produce(
+        {"records": [{"key": 1, "value": {"a": 1}, "partition": 2}, {"value": None}],
+         "value_schema": '"int"', "key_schema_id": 7}, "0", 10)
+    assert key == SchemaSpec(id=7) and value == SchemaSpec(text='"int"')
+    assert raw == [RawRecord(1, {"a": 1}, "2"), RawRecord(None, None, "0")]
+    assert parse_schema_produce({"records": [{"value": 1}]}, None, 10)[:2] == (None, None)
+    for bad in ({"value_schema": '"int"', "value_schema_id": 1}, {"value_schema": 3},
+                {"value_schema": " "}, {"key_schema_id": "x"}, {"key_schema_id": -1}):
+        with pytest.raises(Invalid) as e:
+            parse_schema_produce({"records": [{"value": 1}], **bad}, None, 10)
+        assert e.value.code == "invalid_schema"
