@@ -114,7 +114,10 @@ def test_avro_through_two_nodes_and_the_registry(
         nodes: list[str], registry: sr.Registry, make_topic: Callable[..., str]) -> None:
     call = Turns(nodes)
     topic = make_topic(1)
-    records = [{"key": {"string": f"k{i}"} if i % 2 else None,
+    # RocketMQ's keys are text that may not hold the bytes 1 and 2, which a schema id's 4 bytes
+    # do (docs/rest-v2.md): keys with schemas are Kafka's only
+    keyed = not ON_ROCKETMQ
+    records = [{"key": {"string": f"k{i}"} if i % 2 and keyed else None,
                 "value": {"name": f"user{i}", "email": {"string": f"u{i}@x"} if i % 3 else None}}
                for i in range(6)]
     # a key schema too: a union, so that a null key and a string key both fit
@@ -124,7 +127,7 @@ def test_avro_through_two_nodes_and_the_registry(
     body = r.json()
     value_id, key_id = body["value_schema_id"], body["key_schema_id"]
     assert isinstance(value_id, int) and isinstance(key_id, int) and value_id != key_id
-    assert all(o["error_code"] is None for o in body["offsets"])
+    assert all(o["error_code"] is None for o in body["offsets"]), body
     # the registry holds them under the topic's subjects
     subjects = httpx.get(registry.url + "/subjects").json()
     assert {f"{topic}-value", f"{topic}-key"} <= set(subjects)
