@@ -17,6 +17,7 @@ from ..core.fetch import Fetched, FetchParams, FetchStatus, parse_tag_filter
 from ..core.nack import Failed
 from ..core.names import InternalTopics, check_name, check_public_topic
 from ..core.retry import attempt_of
+from ..core.schemas import KINDS, Decoded
 from ..core.views import QueueRow
 from ..store import (
     AckOutcome,
@@ -51,8 +52,10 @@ def fetch_request(p: Params, s: Settings, address: str, credential: Credential |
     encoding = p.get("encoding")
     if encoding is None:
         encoding = "utf8"
-    elif encoding not in ("utf8", "base64"):  # ``encoding=`` too: an empty value is no default
-        raise invalid("invalid_encoding", "encoding must be 'utf8' or 'base64'")
+    elif not isinstance(encoding, str) or (encoding not in ("utf8", "base64")
+                                           and encoding not in KINDS):  # ``encoding=`` too
+        raise invalid("invalid_encoding", "encoding must be 'utf8' or 'base64' (or, with a "
+                      "schema registry, 'avro', 'protobuf', 'jsonschema')")
     rid = p.get("requestId")  # absent or empty: no piggy-backed ack
     if rid is None:
         rid = ""
@@ -177,10 +180,11 @@ def ack_body(r: AckResult) -> dict[str, Any]:
     return body
 
 
-def fetched_body(f: Fetched, broker: str, encoding: str,
-                 topics: tuple[str, ...] = ()) -> dict[str, Any]:
+def fetched_body(f: Fetched, broker: str, encoding: str, topics: tuple[str, ...] = (),
+                 decoded: list[Decoded | str] | None = None) -> dict[str, Any]:
     """``/message``'s answer; ``topics``: the topics of a fetch that named several (``topic``
-    is then the one the batch came from)."""
+    is then the one the batch came from); ``decoded``: the records decoded with their schemas
+    (``encoding`` a Schema Registry format), or why one could not be."""
     body: dict[str, Any]
     b = f.batch
     if b is None:
@@ -188,7 +192,8 @@ def fetched_body(f: Fetched, broker: str, encoding: str,
         if f.status is FetchStatus.RATE_LIMITED:
             body["retryAfterMs"] = f.retry_after_ms
     else:
-        messages = encode_records(b.records, encoding, retried=b.topic != f.topic)
+        messages = encode_records(b.records, encoding, retried=b.topic != f.topic,
+                                  decoded=decoded)
         body = {
             "status": f.status.value, "requestId": b.request_id, "broker": broker,
             "topic": f.topic, "queue": b.queue, "offset": b.offset, "nextOffset": b.next_offset,
@@ -208,19 +213,32 @@ def fetched_body(f: Fetched, broker: str, encoding: str,
     return body
 
 
-def encode_records(records: list[Record], encoding: str,
-                   retried: bool = False) -> list[dict[str, Any]]:
-    """Records as JSON: UTF-8 text, or base64 per record when asked or when not valid UTF-8.
+def encode_records(records: list[Record], encoding: str, retried: bool = False,
+                   decoded: list[Decoded | str] | None = None) -> list[dict[str, Any]]:
+    """Records as JSON: UTF-8 text, or base64 per record when asked or when not valid UTF-8;
+    with ``decoded`` (a Schema Registry format), key and value as their schemas decode them,
+    with the schema ids, or, for a record that did not decode, base64 and ``schemaError``.
     ``attempt`` is 1 unless the records come from a retry topic (``retried``)."""
     out = []
     b64 = encoding == "base64"
-    k: str | None
-    v: str | None
+    k: Any
+    v: Any
     h: list[list[str | None]] | tuple[()]
-    for r in records:
+    for i, r in enumerate(records):
         key, value, headers = r.key, r.value, r.headers
         enc = "base64" if b64 else "utf8"
-        if not b64:
+        schema: dict[str, Any] | None = None
+        d = decoded[i] if decoded is not None else None
+        if isinstance(d, tuple):
+            (kid, k), (vid, v) = d
+            try:
+                h = [[n, hv.decode() if hv is not None else None] for n, hv in headers]
+                enc, schema = encoding, {"keySchemaId": kid, "valueSchemaId": vid}
+            except UnicodeDecodeError:
+                d = "a header is not UTF-8 text"
+        if isinstance(d, str):
+            enc, schema = "base64", {"schemaError": d}
+        elif d is None and not b64:
             try:
                 k = key.decode() if key is not None else None
                 v = value.decode() if value is not None else None
@@ -234,6 +252,8 @@ def encode_records(records: list[Record], encoding: str,
             h = [[n, _b64(hv)] for n, hv in headers]
         rec = {"offset": r.offset, "timestamp": r.timestamp, "key": k, "value": v,
                "headers": h, "encoding": enc, "attempt": attempt_of(r) if retried else 1}
+        if schema is not None:
+            rec.update(schema)
         if r.tag is not None:
             rec["tag"] = r.tag
         out.append(rec)

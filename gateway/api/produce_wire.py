@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..broker import QUEUE_ID, OutgoingMessage
 from ..core.delay import Cancelled, Delayed
@@ -18,7 +18,9 @@ from ..core.errors import TooLarge, invalid
 from ..core.fetch import TAG
 from ..core.names import check_name, check_topic
 from ..core.produce import Produced
+from ..core.schemas import KINDS, SchemaSpec, schema_spec
 from ..core.timeparse import MIN_EPOCH_MS, parse_rfc3339
+from ..schemas import Kind
 from .http import queue_json
 from .numbers import json_int
 
@@ -33,6 +35,19 @@ _MESSAGE_FIELDS = {"value", "key", "headers", "partition", "queue", "tag", "time
 #: (the wheel loops on its top level); anything later is a mistake, not a plan.
 MAX_DUE = 253_402_300_799_999
 _ENCODINGS = ("utf8", "base64")
+#: A request's schema (``"encoding": "avro"``, ``"protobuf"``, ``"jsonschema"``): by text or id.
+_SCHEMA_FIELDS = {"keySchema", "keySchemaId", "valueSchema", "valueSchemaId"}
+
+
+class SchemaProduce(NamedTuple):
+    """A produce whose keys and values are JSON values to encode with schemas from the Schema
+    Registry (core/schemas.py) before they are sent: the messages carry none yet."""
+
+    kind: Kind
+    key: SchemaSpec | None
+    value: SchemaSpec | None
+    keys: list[Any]
+    values: list[Any]
 MAX_HEADERS = 64
 
 
@@ -42,17 +57,21 @@ def partition_number(n: int | None) -> bool:
     return n is not None and 0 <= n <= MAX_PARTITION
 
 
-def parse_produce(body: Any, max_batch: int, now: int) -> tuple[str, str, list[OutgoingMessage],
-                                                                list[int | None] | None]:
-    """Returns (topic, producer name or '', messages, due times): each message's due time
-    (unix ms) if it is delayed past ``now``, else None; None for all when none is delayed."""
+def parse_produce(body: Any, max_batch: int, now: int) -> tuple[
+        str, str, list[OutgoingMessage], list[int | None] | None, SchemaProduce | None]:
+    """Returns (topic, producer name or '', messages, due times, schemas): each message's due
+    time (unix ms) if it is delayed past ``now``, else None; None for all when none is
+    delayed; ``schemas`` for a request whose ``encoding`` is a Schema Registry format."""
     if not isinstance(body, dict):
         raise invalid("invalid_body", "request body must be a JSON object")
     topic = check_topic(body.get("topic"))
     producer = check_name(body.get("producer"), "producer", required=False)
     default_enc = body.get("encoding", "utf8")
-    if default_enc not in _ENCODINGS:
-        raise invalid("invalid_encoding", "encoding must be 'utf8' or 'base64'")
+    kind = KINDS.get(default_enc) if isinstance(default_enc, str) else None
+    if kind is None and default_enc not in _ENCODINGS:
+        raise invalid("invalid_encoding", "encoding must be 'utf8' or 'base64' (or, with a "
+                      "schema registry, 'avro', 'protobuf', 'jsonschema')")
+    schema_fields = _SCHEMA_FIELDS if kind is not None else set()
     if "messages" in body:
         raw = body["messages"]
         if not isinstance(raw, list) or not raw:
@@ -60,20 +79,29 @@ def parse_produce(body: Any, max_batch: int, now: int) -> tuple[str, str, list[O
         if len(raw) > max_batch:
             raise TooLarge("too_many_messages", f"at most {max_batch} messages per request",
                            limit=max_batch)
-        extra = set(body) - {"topic", "producer", "messages", "encoding"} - _DELAY_FIELDS
+        extra = set(body) - {"topic", "producer", "messages", "encoding"} - _DELAY_FIELDS \
+            - schema_fields
         default_due = _due(body, now, "")
     else:
-        raw = [{k: v for k, v in body.items() if k in _MESSAGE_FIELDS}]
-        extra = set(body) - _MESSAGE_FIELDS - {"topic", "producer"}
+        raw = [{k: v for k, v in body.items() if k in _MESSAGE_FIELDS and k != "encoding"}]
+        extra = set(body) - _MESSAGE_FIELDS - {"topic", "producer"} - schema_fields
         default_due = None
     if extra:  # before missing_value: of {"vaule": ...} the typo is what to name
         raise invalid("unknown_field", f"unknown field(s): {', '.join(sorted(extra))}")
     if "messages" not in body and "value" not in body:
         raise invalid("missing_value", "give 'value' (one message) or 'messages' (a batch)")
-    messages = [_message(m, i, default_enc) for i, m in enumerate(raw)]
+    messages = [_message(m, i, default_enc, kind is not None) for i, m in enumerate(raw)]
     dues = [_due(m, now, f"messages[{i}]." if "messages" in body else "", default_due)
             for i, m in enumerate(raw)]
-    return topic, producer, messages, dues if any(d is not None for d in dues) else None
+    schemas = None
+    if kind is not None:
+        schemas = SchemaProduce(
+            kind, schema_spec(body.get("keySchema"), body.get("keySchemaId"), "keySchema",
+                              "keySchemaId"),
+            schema_spec(body.get("valueSchema"), body.get("valueSchemaId"), "valueSchema",
+                        "valueSchemaId"),
+            [m.get("key") for m in raw], [m.get("value") for m in raw])
+    return topic, producer, messages, dues if any(d is not None for d in dues) else None, schemas
 
 
 def _due(m: dict[str, Any], now: int, where: str, default: int | None = None) -> int | None:
@@ -122,18 +150,23 @@ def _instant(v: Any, where: str) -> int:
     return ms
 
 
-def _message(m: Any, i: int, default_enc: str) -> OutgoingMessage:
+def _message(m: Any, i: int, default_enc: str, schemas: bool = False) -> OutgoingMessage:
+    """A message; with ``schemas`` its key and value are left out (JSON values, encoded later)
+    and its headers are UTF-8 text."""
     if not isinstance(m, dict):
         raise invalid("invalid_message", f"messages[{i}] must be an object", index=i)
     extra = set(m) - _MESSAGE_FIELDS
     if extra:
         raise invalid("unknown_field", f"messages[{i}]: unknown field(s): {', '.join(sorted(extra))}",
                           index=i)
-    enc = m.get("encoding", default_enc)
+    if schemas and "encoding" in m:
+        raise invalid("invalid_encoding", f"messages[{i}].encoding: the request's encoding "
+                      f"({default_enc}) is every message's", index=i)
+    enc = "utf8" if schemas else m.get("encoding", default_enc)
     if enc not in _ENCODINGS:
         raise invalid("invalid_encoding", f"messages[{i}].encoding must be 'utf8' or 'base64'", index=i)
-    value = _bytes(m.get("value"), enc, i, "value")
-    key = _bytes(m.get("key"), enc, i, "key")
+    value = None if schemas else _bytes(m.get("value"), enc, i, "value")
+    key = None if schemas else _bytes(m.get("key"), enc, i, "key")
     headers: list[tuple[str, bytes]] = []
     raw_h = m.get("headers")
     if raw_h is not None:
@@ -200,10 +233,12 @@ def _bytes(v: Any, enc: str, i: int, name: str) -> bytes | None:
         raise invalid("invalid_base64", f"messages[{i}].{name} is not valid base64", index=i) from None
 
 
-def produced_body(p: Produced, delayed: dict[int, Delayed] | None = None) -> dict[str, Any]:
+def produced_body(p: Produced, delayed: dict[int, Delayed] | None = None,
+                  schema_ids: tuple[int | None, int | None] | None = None) -> dict[str, Any]:
     """Per record its ``offset`` and its queue: ``partition``, a number, on Kafka; ``queue``,
     RocketMQ's ``<broker>.<n>``, where the queue id is not a number. A delayed record
-    (``delayed``, by index) has its ``delayId`` and ``deliverAt`` instead."""
+    (``delayed``, by index) has its ``delayId`` and ``deliverAt`` instead. ``schema_ids``: the
+    key's and value's schema ids of a Schema Registry produce."""
     out: list[dict[str, Any]] = []
     for i, r in enumerate(p.results):
         d = delayed.get(i) if delayed else None
@@ -213,7 +248,10 @@ def produced_body(p: Produced, delayed: dict[int, Delayed] | None = None) -> dic
             out.append({"error": {"code": r.error_code, "message": r.error}})
         else:
             out.append({**queue_json(r.queue), "offset": r.offset})
-    return {"topic": p.topic, "failed": p.failed, "results": out}
+    body = {"topic": p.topic, "failed": p.failed, "results": out}
+    if schema_ids is not None:
+        body["keySchemaId"], body["valueSchemaId"] = schema_ids
+    return body
 
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from importlib import resources
 from typing import Any
 
@@ -17,6 +18,7 @@ from ..core.errors import Busy, DomainError, Forbidden, Unauthenticated, unknown
 from ..core.fetch import FetchStatus
 from ..core.names import check_name
 from ..core.produce import produce, within_produce_timeout
+from ..core.schemas import KINDS, no_registry
 from ..core.views import queue_rows
 from ..ops import metrics
 from ..store import AckResult, now_ms
@@ -82,8 +84,19 @@ async def produce_route(request: Request) -> Response:
     credential = api_credential(request)
     check_query(request, NO_PARAMS)
     body = await read_json(request, gw.settings.max_body_bytes, required=True)
-    topic, producer, messages, dues = parse_produce(body, gw.settings.max_produce_batch, now_ms())
+    topic, producer, messages, dues, schemas = parse_produce(body, gw.settings.max_produce_batch,
+                                                             now_ms())
+    if schemas is not None and gw.schemas is None:
+        raise no_registry(schemas.kind)
     await gw.produce_gate.check(credential, producer, topic)
+    ids = None
+    if schemas is not None:  # registered or looked up only once the caller may produce here
+        assert gw.schemas is not None
+        enc = await gw.schemas.encode(topic, schemas.kind, schemas.key, schemas.value,
+                                      schemas.keys, schemas.values)
+        ids = (enc.key_id, enc.value_id)
+        messages = [replace(m, key=k, value=v)
+                    for m, k, v in zip(messages, enc.keys, enc.values, strict=True)]
     if dues is None:
         result = await within_produce_timeout(produce(gw.broker, topic, messages),
                                               gw.settings.produce_timeout_ms)
@@ -92,7 +105,7 @@ async def produce_route(request: Request) -> Response:
         result, delayed = await within_produce_timeout(gw.delay.produce(topic, messages, dues),
                                                        gw.settings.produce_timeout_ms)
     metrics.produced(len(result.results) - result.failed, result.failed)
-    return JSON(produced_body(result, delayed))
+    return JSON(produced_body(result, delayed, ids))
 
 
 async def cancel_delayed_route(request: Request) -> Response:
@@ -122,8 +135,15 @@ async def message_route(request: Request) -> Response:
     credential = api_credential(request)
     fetch, encoding = fetch_request(await params(request, FETCH_PARAMS), gw.settings,
                                     client_address(request), credential, gw.internal)
+    kind = KINDS.get(encoding)
+    if kind is not None and gw.schemas is None:
+        raise no_registry(kind)
     f = await gw.consume.fetch(fetch)  # a piggy-backed ack is counted by ConsumeService.on_ack
-    body = fetched_body(f, gw.broker.name, encoding, fetch.topics)
+    decoded = None
+    if kind is not None and f.batch is not None:
+        assert gw.schemas is not None
+        decoded = await gw.schemas.decode_all(kind, [(r.key, r.value) for r in f.batch.records])
+    body = fetched_body(f, gw.broker.name, encoding, fetch.topics, decoded)
     metrics.fetched(f.status.value, f.count, bool(body.get("redelivered")))
     if f.status is FetchStatus.RATE_LIMITED:
         retry_s = str(max(1, -(-f.retry_after_ms // 1000)))

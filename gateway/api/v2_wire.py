@@ -18,9 +18,9 @@ from starlette.responses import Response
 from ..broker import QUEUE_ID, BrokerUnavailable, OutgoingMessage, ProduceError, QueueInfo
 from ..core.errors import TooLarge, invalid
 from ..core.fetch import Fetched
-from ..core.instances import Decoded, Format, Instance
+from ..core.instances import Format, Instance
 from ..core.produce import Produced
-from ..core.schemas import SchemaSpec
+from ..core.schemas import Decoded, SchemaSpec, schema_spec
 from ..core.topics import Topic
 from .errors import ApiError
 from .http import JSON
@@ -126,19 +126,8 @@ class RawRecord(NamedTuple):
 
 
 def _schema_spec(body: dict[str, Any], side: str) -> SchemaSpec | None:
-    text, schema_id = body.get(f"{side}_schema"), body.get(f"{side}_schema_id")
-    if text is not None and schema_id is not None:
-        raise invalid("invalid_schema", f"give {side}_schema or {side}_schema_id, not both")
-    if text is not None:
-        if not isinstance(text, str) or not text.strip():
-            raise invalid("invalid_schema", f"{side}_schema must be the schema's text (a string)")
-        return SchemaSpec(text=text)
-    if schema_id is not None:
-        n = json_int(schema_id)
-        if n is None or not 0 <= n < 2**31:
-            raise invalid("invalid_schema", f"{side}_schema_id must be a schema id (an integer)")
-        return SchemaSpec(id=n)
-    return None
+    return schema_spec(body.get(f"{side}_schema"), body.get(f"{side}_schema_id"),
+                       f"{side}_schema", f"{side}_schema_id")
 
 
 def _records(body: Any, queue: str | None, max_batch: int) -> list[tuple[dict[str, Any], str | None]]:

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import orjson
 
@@ -50,7 +50,7 @@ from .names import InternalTopics, check_name, check_public_topic
 from .registry import Registry, topics_refused
 from .requestid import BatchRef
 from .reset import ResetRequest, reset
-from .schemas import SchemaService
+from .schemas import Decoded, SchemaService
 
 #: Pending batches an instance keeps at most (one per ``records`` without a commit): beyond it
 #: the oldest are forgotten (their locks ran out long ago: redelivered, nothing lost).
@@ -82,8 +82,6 @@ class Format(StrEnum):
 
 _KINDS = {Format.AVRO: Kind.AVRO, Format.PROTOBUF: Kind.PROTOBUF, Format.JSONSCHEMA: Kind.JSON}
 
-#: A record's key and value decoded: (schema id, JSON value) each, (None, None) for a null.
-Decoded = tuple[tuple[int | None, Any], tuple[int | None, Any]]
 
 
 @dataclass(frozen=True, slots=True)

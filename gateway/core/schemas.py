@@ -43,6 +43,40 @@ class SchemaSpec:
     id: int | None = None
 
 
+#: The kinds by the names the APIs use for them (REST v2's formats, /produce's and /message's
+#: ``encoding``).
+KINDS = {"avro": Kind.AVRO, "protobuf": Kind.PROTOBUF, "jsonschema": Kind.JSON}
+
+#: A record's key and value decoded: (schema id, JSON value) each, (None, None) for a null.
+Decoded = tuple[tuple[int | None, Any], tuple[int | None, Any]]
+
+
+def schema_spec(text: Any, schema_id: Any, text_name: str, id_name: str) -> SchemaSpec | None:
+    """A schema a request names by its text (``text_name``) or its registry id (``id_name``),
+    None for neither: the one rule of both APIs (REST v2's ``value_schema``/``value_schema_id``,
+    /produce's ``valueSchema``/``valueSchemaId``)."""
+    if text is not None and schema_id is not None:
+        raise invalid("invalid_schema", f"give {text_name} or {id_name}, not both")
+    if text is not None:
+        if not isinstance(text, str) or not text.strip():
+            raise invalid("invalid_schema", f"{text_name} must be the schema's text (a string)")
+        return SchemaSpec(text=text)
+    if schema_id is not None:
+        if type(schema_id) is float and schema_id.is_integer():
+            schema_id = int(schema_id)
+        if type(schema_id) is not int or not 0 <= schema_id < 2**31:
+            raise invalid("invalid_schema", f"{id_name} must be a schema id (an integer)")
+        return SchemaSpec(id=schema_id)
+    return None
+
+
+def no_registry(kind: Kind) -> DomainError:
+    """A schema format asked of a gateway without a registry."""
+    name = next(n for n, k in KINDS.items() if k is kind)
+    return invalid("no_schema_registry", f"{name} records need a schema registry, and this "
+                   "gateway has none (set schema_registry_url: MQGW_SCHEMA_REGISTRY_URL)")
+
+
 class Encoded(NamedTuple):
     key_id: int | None
     value_id: int | None
@@ -120,6 +154,19 @@ class SchemaService:
         if len(self._codecs) >= CODECS_MAX:
             self._codecs.clear()
         self._codecs[(schema_id, kind)] = codec
+
+    async def decode_all(self, kind: Kind, records: Sequence[tuple[bytes | None, bytes | None]],
+                         ) -> list[Decoded | str]:
+        """Each (key, value) decoded, or why it could not be (the native API's per-record
+        answer: such a record travels as base64 with the reason beside it, nothing is held
+        back)."""
+        out: list[Decoded | str] = []
+        for key, value in records:
+            try:
+                out.append((await self.decode(kind, key), await self.decode(kind, value)))
+            except DomainError as e:
+                out.append(e.message)
+        return out
 
     async def decode(self, kind: Kind, data: bytes | None) -> tuple[int | None, Any]:
         """(schema id, JSON value) of a record's key or value in the wire format; ``invalid

@@ -6,12 +6,16 @@ taking turns, and the real broker:
   with the ids; instances of the format read the records decoded, whichever node serves them;
 - the registry's refusals and bad values answered in the v2 shape (an incompatible schema's 409,
   an invalid schema's 42205, a value that does not fit 42203, a key without a schema 42201);
+- the native API's option: ``/produce`` with ``"encoding": "avro"`` and a schema, ``/message``
+  with ``encoding=avro`` answering decoded values and their ids (a record that does not decode
+  comes as base64 with ``schemaError``);
 - Confluent's own serializers (confluent-kafka's Schema Registry client) read what the gateway
   wrote and write what the gateway reads (Apache Kafka only: they are Kafka clients).
 """
 
 from __future__ import annotations
 
+import base64
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -202,6 +206,51 @@ def test_protobuf_and_json_schema_through_two_nodes(
     assert [v for _, v in by_offset(got)] == [{"n": i} for i in range(3)]
     assert error(call("POST", f"/topics/{topic}", {"value_schema": schema, "records": [
         {"value": {"n": "one"}}]}, JSONSCHEMA_V2))[:2] == (422, 42203)
+
+
+@pytest.mark.rocketmq
+def test_the_native_api_produces_and_fetches_with_schemas(
+        nodes: list[str], make_topic: Callable[..., str]) -> None:
+    topic, group = make_topic(1), unique("g")
+    with httpx.Client(timeout=30) as http:
+        r = http.put(f"{nodes[0]}/admin/consumers/{group}", json={"topics": [topic],
+                                                                  "start": "earliest"})
+        assert r.status_code == 201, r.text
+        r = http.post(nodes[0] + "/produce", json={
+            "topic": topic, "encoding": "avro", "valueSchema": USER,
+            "messages": [{"value": {"name": "n0", "email": None}, "headers": {"h": "x"}},
+                         {"value": {"name": "n1", "email": {"string": "e"}}}]})
+        assert r.status_code == 200, r.text
+        value_id = r.json()["valueSchemaId"]
+        assert isinstance(value_id, int) and r.json()["keySchemaId"] is None
+        # by id, one message; then a plain record that is no Avro at all
+        r = http.post(nodes[1] + "/produce", json={"topic": topic, "encoding": "avro",
+                                                   "valueSchemaId": value_id,
+                                                   "value": {"name": "n2", "email": None}})
+        assert r.status_code == 200, r.text
+        assert http.post(nodes[0] + "/produce", json={"topic": topic, "value": "plain"}
+                         ).status_code == 200
+        r = http.post(nodes[1] + "/produce", json={"topic": topic, "encoding": "avro",
+                                                   "valueSchemaId": value_id,
+                                                   "value": {"name": 1}})
+        assert (r.status_code, r.json()["error"]["code"]) == (400, "json_conversion")
+        got: list[dict[str, Any]] = []
+        for i in range(40):
+            r = http.get(nodes[i % 2] + "/message", params={
+                "consumer": group, "topic": topic, "encoding": "avro", "max": 10,
+                "wait_ms": 300, "requestId": r.json().get("requestId", "") if got else ""})
+            assert r.status_code == 200, r.text
+            got += r.json()["messages"]
+            if len(got) >= 4:
+                break
+    assert [(m["encoding"], m["value"], m.get("valueSchemaId")) for m in got[:3]] == [
+        ("avro", {"name": "n0", "email": None}, value_id),
+        ("avro", {"name": "n1", "email": {"string": "e"}}, value_id),
+        ("avro", {"name": "n2", "email": None}, value_id)]
+    assert got[0]["headers"] == [["h", "x"]]
+    plain = got[3]
+    assert (plain["encoding"], base64.b64decode(plain["value"])) == ("base64", b"plain")
+    assert "wire format" in plain["schemaError"]
 
 
 @pytest.mark.skipif(ON_ROCKETMQ, reason="Confluent's serializers are Kafka clients")

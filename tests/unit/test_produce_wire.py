@@ -12,13 +12,14 @@ from gateway.broker import OutgoingMessage, ProduceError, ProduceResult
 from gateway.core.delay import Cancelled, Delayed
 from gateway.core.errors import DomainError
 from gateway.core.produce import Produced
+from gateway.core.schemas import SchemaSpec
 
 NOW = 1_795_000_000_000
 T = "orders"
 
 
 def parse(**body: Any) -> Any:
-    return parse_produce({"topic": T, **body}, 100, NOW)
+    return parse_produce({"topic": T, **body}, 100, NOW)[:4]
 
 
 def test_one_message_or_a_batch() -> None:
@@ -80,6 +81,11 @@ def test_no_delay_or_a_past_time_is_written_at_once(body: dict[str, Any]) -> Non
     ({"messages": []}, "invalid_messages"),
     ({"messages": ["x"]}, "invalid_message"),
     ({"value": "x", "encoding": "hex"}, "invalid_encoding"),
+    ({"value": "x", "encoding": {}}, "invalid_encoding"),
+    ({"value": "x", "valueSchemaId": 1}, "unknown_field"),  # a schema needs a schema encoding
+    ({"value": {}, "encoding": "avro", "valueSchemaId": 1, "valueSchema": "{}"}, "invalid_schema"),
+    ({"value": {}, "encoding": "avro", "valueSchemaId": "1"}, "invalid_schema"),
+    ({"messages": [{"value": 1, "encoding": "utf8"}], "encoding": "avro"}, "invalid_encoding"),
     ({"value": "!!", "encoding": "base64"}, "invalid_base64"),
     ({"value": 5}, "invalid_value"),
     ({"value": "x", "headers": [["a"]]}, "invalid_headers"),
@@ -117,3 +123,16 @@ def test_the_produce_answer() -> None:
     assert cancelled_body(Cancelled("id1", NOW, T)) == \
         {"result": "cancelled", "delayId": "id1", "deliverAt": NOW, "topic": T,
          "alreadyCancelled": False}
+
+
+def test_a_schema_encoding_leaves_keys_and_values_to_encode() -> None:
+    _, _, msgs, _, schemas = parse_produce(
+        {"topic": T, "encoding": "protobuf", "valueSchema": "syntax", "keySchemaId": 4,
+         "messages": [{"value": {"a": 1}, "key": "k", "headers": {"h": "v"}}, {"value": None}]},
+        100, NOW)
+    assert schemas is not None and schemas.kind.value == "PROTOBUF"
+    assert (schemas.key, schemas.value) == (SchemaSpec(id=4), SchemaSpec(text="syntax"))
+    assert (schemas.keys, schemas.values) == (["k", None], [{"a": 1}, None])
+    assert [(m.key, m.value, m.headers) for m in msgs] == [(None, None, [("h", b"v")]),
+                                                           (None, None, [])]
+    assert parse_produce({"topic": T, "value": "x"}, 100, NOW)[4] is None

@@ -45,6 +45,12 @@ async def test_a_round_trip_through_the_app(redis: fakeredis.FakeAsyncRedis,
             assert (r.status_code, r.json()["error"]["code"]) == (404, "not_found")
             r = await http.get("/admin/consumers/c1")
             assert r.status_code == 200 and r.json()["consumer"] == "c1", r.text
+            # a Schema Registry format without a registry: a clear 400 on both APIs
+            for r in (await http.post("/produce", json={"topic": "orders", "encoding": "avro",
+                                                        "valueSchemaId": 1, "value": {"a": 1}}),
+                      await http.get("/message", params={"consumer": "c1", "topic": "orders",
+                                                         "encoding": "protobuf"})):
+                assert (r.status_code, r.json()["error"]["code"]) == (400, "no_schema_registry")
     # the caller's client is left open: the services close only what they opened
     assert await redis.ping()
 
