@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from importlib import resources
 from typing import Any
@@ -13,7 +13,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..broker import UnknownTopic
+from ..broker import Record, UnknownTopic
+from ..core import trace
 from ..core.errors import Busy, DomainError, Forbidden, Unauthenticated, unknown
 from ..core.fetch import FetchStatus
 from ..core.names import check_name
@@ -71,6 +72,20 @@ def key_first(handler: Handler) -> Handler:
     return keyed
 
 
+def trace_context(request: Request) -> list[tuple[str, bytes]]:
+    """The record headers of a produce request's W3C trace context (core/trace.py)."""
+    h = request.headers
+    return trace.context_headers(h.get(trace.TRACEPARENT), h.get(trace.TRACESTATE))
+
+
+def trace_answer(request: Request, records: Sequence[Record]) -> dict[str, str] | None:
+    """A fetch's answer headers: the batch's first trace context, when the client asked
+    (``Prefer: trace-context``)."""
+    if not trace.prefers_context(request.headers.get("prefer")):
+        return None
+    return {**trace.first_context(records), "Preference-Applied": trace.PREFER}
+
+
 def client_address(request: Request) -> str:
     fwd = request.headers.get("x-forwarded-for")
     if fwd:
@@ -97,6 +112,7 @@ async def produce_route(request: Request) -> Response:
         ids = (enc.key_id, enc.value_id)
         messages = [replace(m, key=k, value=v)
                     for m, k, v in zip(messages, enc.keys, enc.values, strict=True)]
+    messages = trace.stamp(messages, trace_context(request))
     if dues is None:
         result = await within_produce_timeout(produce(gw.broker, topic, messages),
                                               gw.settings.produce_timeout_ms)
@@ -148,7 +164,7 @@ async def message_route(request: Request) -> Response:
     if f.status is FetchStatus.RATE_LIMITED:
         retry_s = str(max(1, -(-f.retry_after_ms // 1000)))
         return JSON(body, status_code=429, headers={"Retry-After": retry_s})
-    return JSON(body)
+    return JSON(body, headers=trace_answer(request, f.batch.records if f.batch else ()))
 
 
 def _ack_response(r: AckResult, body: dict[str, Any]) -> Response:

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..broker import OutgoingMessage
+from ..core import trace
 from ..core.errors import Conflict, invalid, unknown
 from ..core.fetch import FetchStatus
 from ..core.instances import Committed
@@ -30,7 +31,7 @@ from .access import route
 from .errors import ApiError, answer
 from .http import NO_PARAMS, api_credential, check_query, object_body, query_number, read_json, services
 from .numbers import query_int
-from .routes import client_address, key_first
+from .routes import client_address, key_first, trace_answer, trace_context
 
 Handler = Callable[[Request], Awaitable[Response]]
 _PRODUCE_PARAMS = frozenset({"producer"})
@@ -92,6 +93,7 @@ async def produce_route(request: Request) -> Response:
         ids = (enc.key_id, enc.value_id)
         messages = [OutgoingMessage(v, k, queue=r.queue)
                     for r, k, v in zip(raw, enc.keys, enc.values, strict=True)]
+    messages = trace.stamp(messages, trace_context(request))
     result = await within_produce_timeout(produce(gw.broker, topic, messages),
                                           gw.settings.produce_timeout_ms)
     metrics.produced(len(result.results) - result.failed, result.failed)
@@ -196,7 +198,8 @@ async def records_route(request: Request) -> Response:
         raise ApiError(429, "rate_limited", f"over consumer {inst.consumer!r}'s rate limit; "
                        f"retry in {got.retry_after_ms} ms", headers={"Retry-After": retry_s})
     return Response(wire.records_body(got, inst.format, decoded),
-                    media_type=wire.records_type(inst.format))
+                    media_type=wire.records_type(inst.format),
+                    headers=trace_answer(request, got.batch.records if got.batch else ()))
 
 
 async def offsets_route(request: Request) -> Response:

@@ -136,3 +136,22 @@ def test_a_schema_encoding_leaves_keys_and_values_to_encode() -> None:
     assert [(m.key, m.value, m.headers) for m in msgs] == [(None, None, [("h", b"v")]),
                                                            (None, None, [])]
     assert parse_produce({"topic": T, "value": "x"}, 100, NOW)[4] is None
+
+
+def test_trace_context_is_checked_and_a_records_own_wins() -> None:
+    from gateway.core import trace
+
+    good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert trace.context_headers(good, "a=1") == [("traceparent", good.encode()),
+                                                  ("tracestate", b"a=1")]
+    for bad in ("", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331", "ff" + good[2:],
+                "00-" + "0" * 32 + "-b7ad6b7169203331-01", good[:-2] + "01-x",
+                good.upper(), "00-xyz-bad-01"):
+        assert trace.context_headers(bad, "a=1") == [], bad
+    assert trace.valid_parent("01" + good[2:] + "-later-fields")  # a later version's extras
+    assert trace.context_headers(good, "x" * 513) == [("traceparent", good.encode())]
+    msgs = [OutgoingMessage(b"a"), OutgoingMessage(b"b", headers=[("traceparent", b"mine")])]
+    out = trace.stamp(msgs, trace.context_headers(good, None))
+    assert out[0].headers == [("traceparent", good.encode())] and out[1] is msgs[1]
+    assert trace.prefers_context("respond-async, Trace-Context; x=1")
+    assert not trace.prefers_context("return=minimal") and not trace.prefers_context(None)
