@@ -127,6 +127,10 @@ class Settings:
     #: ``http://host:8080/apis/ccompat/v6``), for REST v2's ``avro``, ``protobuf`` and
     #: ``jsonschema`` formats ('' = those formats are refused). Nodes keep only a cache of it.
     schema_registry_url: str = ""
+    #: OpenTelemetry spans for produce, fetch, ack and the delay relay (core/spans.py): needs
+    #: ``pip install 'mq-gateway[otel]'``; exported by OTLP (``OTEL_EXPORTER_OTLP_ENDPOINT``)
+    #: unless the process runs under ``opentelemetry-instrument``. Off: nothing is imported.
+    otel_tracing: bool = False
     #: ``user:password`` for the registry's HTTP basic auth ('' = none).
     schema_registry_user_info: str = ""
     #: How long one registry call may take; beyond it the request is answered 503.

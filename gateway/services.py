@@ -36,6 +36,7 @@ from .core.registry_copy import RegistryCopy
 from .core.relay import RELAY_CONSUMER, Relay
 from .core.requestid import RequestIdCodec
 from .core.schemas import SchemaService
+from .core.spans import Spans
 from .core.topics import TopicService
 from .core.watermarks import Watermarks
 from .ops import metrics
@@ -71,6 +72,8 @@ class Services:
     instances: InstanceService
     #: The user's Schema Registry (REST v2's avro, protobuf and jsonschema); None: not set.
     schemas: SchemaService | None = None
+    #: OpenTelemetry spans (``otel_tracing``; no-ops when off).
+    spans: Spans = field(default_factory=lambda: Spans(False))
     #: None: this process does not relay (``relay = false``, or the broker delays natively).
     relay: Relay | None = None
     #: Topics nobody may name through the API: the gateway's own and the broker's.
@@ -142,7 +145,8 @@ async def _open(settings: Settings, stack: AsyncExitStack, given_broker: Broker 
         settings.schema_registry_timeout_ms)) if settings.schema_registry_url else None
     if schemas is not None:
         stack.push_async_callback(schemas.close)
-    relay = Relay(settings, store, b, wm, delay, metrics.delay_moved, checkpoints) \
+    spans = Spans(settings.otel_tracing, b.name)
+    relay = Relay(settings, store, b, wm, delay, metrics.delay_moved, checkpoints, spans) \
         if settings.relay or not serve else None
     s = Services(settings, store, b, wm, consume, registry, keys, auth, checkpoints, gate, delay,
                  NackService(settings, store, b, consume, delay),
@@ -150,7 +154,7 @@ async def _open(settings: Settings, stack: AsyncExitStack, given_broker: Broker 
                  copy, AlertMonitor(settings, store, b, registry),
                  InstanceService(settings, store, consume, auth, registry, checkpoints,
                                  schemas),
-                 schemas, relay, internal, stack)
+                 schemas, spans, relay, internal, stack)
 
     if serve:
         await copy.start()  # a Redis that lost the registry gets it back before this serves

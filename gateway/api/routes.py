@@ -112,14 +112,18 @@ async def produce_route(request: Request) -> Response:
         ids = (enc.key_id, enc.value_id)
         messages = [replace(m, key=k, value=v)
                     for m, k, v in zip(messages, enc.keys, enc.values, strict=True)]
-    messages = trace.stamp(messages, trace_context(request))
-    if dues is None:
-        result = await within_produce_timeout(produce(gw.broker, topic, messages),
-                                              gw.settings.produce_timeout_ms)
-        delayed = None
-    else:
-        result, delayed = await within_produce_timeout(gw.delay.produce(topic, messages, dues),
-                                                       gw.settings.produce_timeout_ms)
+    context = trace_context(request)
+    with gw.spans.span(f"{topic} publish", "producer", context, {
+            "messaging.destination.name": topic,
+            "messaging.batch.message_count": len(messages)}) as span:
+        messages = trace.stamp(messages, span.headers() or context)
+        if dues is None:
+            result = await within_produce_timeout(produce(gw.broker, topic, messages),
+                                                  gw.settings.produce_timeout_ms)
+            delayed = None
+        else:
+            result, delayed = await within_produce_timeout(
+                gw.delay.produce(topic, messages, dues), gw.settings.produce_timeout_ms)
     metrics.produced(len(result.results) - result.failed, result.failed)
     return JSON(produced_body(result, delayed, ids))
 
@@ -154,7 +158,13 @@ async def message_route(request: Request) -> Response:
     kind = KINDS.get(encoding)
     if kind is not None and gw.schemas is None:
         raise no_registry(kind)
-    f = await gw.consume.fetch(fetch)  # a piggy-backed ack is counted by ConsumeService.on_ack
+    with gw.spans.span(f"{fetch.topic} receive", "consumer", trace_context(request), {
+            "messaging.destination.name": fetch.topic,
+            "messaging.consumer.group.name": fetch.consumer}) as span:
+        f = await gw.consume.fetch(fetch)  # a piggy-backed ack: counted by ConsumeService.on_ack
+        if f.batch is not None:
+            span.link(f.batch.records)
+            span.set("messaging.batch.message_count", len(f.batch.records))
     decoded = None
     if kind is not None and f.batch is not None:
         assert gw.schemas is not None
@@ -181,7 +191,9 @@ async def ack_route(request: Request) -> Response:
         f = await gw.nack.fail(request_id(p), failed, credential)  # the commit is counted by on_ack
         metrics.failed(len(f.retried), len(f.dead))
         return _ack_response(f.ack, failed_body(f))
-    r = await gw.consume.ack(request_id(p), credential)  # counted by on_ack
+    with gw.spans.span("mqgw ack", "client", trace_context(request)) as span:
+        r = await gw.consume.ack(request_id(p), credential)  # counted by on_ack
+        span.set("mqgw.ack.result", r.result.value)
     return _ack_response(r, ack_body(r))
 
 

@@ -93,9 +93,13 @@ async def produce_route(request: Request) -> Response:
         ids = (enc.key_id, enc.value_id)
         messages = [OutgoingMessage(v, k, queue=r.queue)
                     for r, k, v in zip(raw, enc.keys, enc.values, strict=True)]
-    messages = trace.stamp(messages, trace_context(request))
-    result = await within_produce_timeout(produce(gw.broker, topic, messages),
-                                          gw.settings.produce_timeout_ms)
+    context = trace_context(request)
+    with gw.spans.span(f"{topic} publish", "producer", context, {
+            "messaging.destination.name": topic,
+            "messaging.batch.message_count": len(messages)}) as span:
+        messages = trace.stamp(messages, span.headers() or context)
+        result = await within_produce_timeout(produce(gw.broker, topic, messages),
+                                              gw.settings.produce_timeout_ms)
     metrics.produced(len(result.results) - result.failed, result.failed)
     return wire.V2JSON(wire.produced_body(result, *ids))
 

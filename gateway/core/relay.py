@@ -40,6 +40,7 @@ from ..store import Lock, NeedsRestore, NoQueue, OffsetStore, Settled, now_ms
 from .checkpoint import Checkpoints
 from .delay import DelayService, note_written, sleep_until
 from .names import INTERNAL_PREFIX
+from .spans import Spans
 from .watermarks import Watermarks
 from .wheel import (
     H_DUE,
@@ -124,8 +125,10 @@ def _forget(draining: dict[str, asyncio.Task[None]], queue: str, _task: asyncio.
 class Relay:
     def __init__(self, settings: Settings, store: OffsetStore, broker: Broker, wm: Watermarks,
                  delay: DelayService, counted: Callable[[str, int], None] | None = None,
-                 checkpoints: Checkpoints | None = None) -> None:
+                 checkpoints: Checkpoints | None = None, spans: Spans | None = None) -> None:
         self.settings = settings
+        #: Spans of each delivery (optional OpenTelemetry; the no-op ones by default).
+        self.spans = spans or Spans(False)
         #: The relay's level positions are checkpointed like a consumer's (RELAY_CONSUMER): after a
         #: Redis loss it resumes there. Without, it would start every level at its earliest
         #: retained record and deliver every delayed record of the retention period again.
@@ -547,6 +550,9 @@ class Relay:
         if not finals:
             return []
         out = await self._due_finals(finals)
-        results = await asyncio.gather(*(self.broker.produce(t, [m for _, m in batch])
-                                         for t, batch in out.items()), return_exceptions=True)
+        with self.spans.span("mqgw relay deliver", "internal", attributes={
+                "messaging.batch.message_count": len(finals)}) as span:
+            span.link([w.record for w in finals])
+            results = await asyncio.gather(*(self.broker.produce(t, [m for _, m in batch])
+                                             for t, batch in out.items()), return_exceptions=True)
         return [(t, batch, res) for (t, batch), res in zip(out.items(), results, strict=True)]
