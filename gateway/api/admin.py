@@ -184,8 +184,8 @@ async def backlog_route(request: Request) -> Response:
     names = [check_name(c, "consumer", internal_ok=True) for c in request.query_params.getlist("consumer")]
     for name in names:  # a typo is told, not shown as an empty row
         await gw.registry.require_seen(name)
-    rows = await backlog.collect(gw, names or None, with_age=flag(request, "age", default=True))
-    return JSON(backlog_body(rows, now_ms()))
+    rows, stale = await backlog.view(gw, names or None, with_age=flag(request, "age", default=True))
+    return JSON(backlog_body(rows, now_ms(), stale))
 
 
 async def alerts_route(request: Request) -> Response:

@@ -136,8 +136,10 @@ def paused_body(consumer: str, paused: bool, created: bool) -> dict[str, Any]:
     return {"consumer": consumer, "paused": paused, **({"created": True} if created else {})}
 
 
-def backlog_body(rows: list[dict[str, Any]], generated_ms: int) -> dict[str, Any]:
-    return {"consumers": rows, "generatedMs": generated_ms}
+def backlog_body(rows: list[dict[str, Any]], generated_ms: int,
+                 staleness: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The backlog view; ``staleness``: how old its figures are (ops/backlog.py)."""
+    return {"consumers": rows, "generatedMs": generated_ms, **(staleness or {})}
 
 
 def topic_request(body: dict[str, Any]) -> tuple[Any, int, int | None]:

@@ -44,12 +44,17 @@ async function refresh() {
       problem(`The admin API answered ${errorText(r)}.`);
       return;
     }
-    problem("");
+    const d = r.data;
+    // During a broker outage the figures are the last ones a node read: say so, and why.
+    problem(d.stale ? `The backlog figures are ${Math.round((d.watermarksAgeMs || 0) / 1000)} s old: ` +
+      `the broker is not answering (${d.staleReason}). They refresh once it answers again.` : "");
     listing.refused = "";
     show($("banner"), key() ? "" :
       "Auth is off on this gateway: anyone who reaches it can use the admin API and this console.");
     sample(r.data.consumers, !!one);
-    $("refreshed").textContent = `updated ${new Date().toLocaleTimeString("en-GB")}`;
+    $("refreshed").textContent = d.stale ?
+      `stale: figures from ${new Date(Date.now() - (d.watermarksAgeMs || 0)).toLocaleTimeString("en-GB")}` :
+      `updated ${new Date().toLocaleTimeString("en-GB")}`;
     redraw();
   } catch (e) {
     problem(`The gateway did not answer: ${e}`);

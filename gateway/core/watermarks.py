@@ -16,10 +16,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..broker import Broker, UnknownTopic, check_queue_id
 from ..config import node_id
-from ..store import OffsetStore
+from ..store import OffsetStore, now_ms
 from ..store.marks import MarkLog, SharedCopy
 
 log = logging.getLogger("mqgw.watermarks")
@@ -33,6 +34,16 @@ _STALE_INTERVALS = 10
 #: request per process per interval, answered in the background.
 LIST_EVERY_S = 1.0
 
+
+
+class Stamped(NamedTuple):
+    """A topic's shared watermarks as a view reads them: ``written_ms``, when a node last read
+    them from the broker (0: never); ``problem``, why this read could not (the broker's error),
+    or ''."""
+
+    queues: dict[str, tuple[int, int]]
+    written_ms: int
+    problem: str
 
 @dataclass(slots=True)
 class _Entry:
@@ -152,7 +163,7 @@ class Watermarks:
 
     async def _refresh(self, topic: str, e: _Entry) -> None:
         try:
-            e.shared = await self._read_shared(topic, strict=True, have=e.shared)
+            e.shared, _ = await self._read_shared(topic, strict=True, have=e.shared)
         except UnknownTopic:
             self._unknown[topic] = time.monotonic() + 1.0
             self._topics.pop(topic, None)
@@ -160,21 +171,24 @@ class Watermarks:
         self._merge(e, e.shared.queues)
         e.read_at = time.monotonic()
 
-    async def shared(self, topic: str) -> dict[str, tuple[int, int]]:
+    async def shared(self, topic: str) -> Stamped:
         """The topic's shared watermarks, refreshed from the broker first if they are stale and
         this process wins the refresh lease (as the consume path refreshes them), without the
         process cache: for views that read each topic once. An unknown or unreachable topic is
-        logged and answers the stored copy (possibly empty): stored offsets still count."""
-        return (await self._read_shared(topic, strict=False)).queues
+        logged and answers the stored copy (possibly empty): stored offsets still count, and
+        the answer says when the copy was last read from the broker, and why not since."""
+        problems: list[str] = []
+        copy, ts = await self._read_shared(topic, strict=False, problems=problems)
+        return Stamped(copy.queues, ts, problems[0] if problems else "")
 
-    async def _read_shared(self, topic: str, strict: bool,
-                           have: SharedCopy | None = None) -> SharedCopy:
+    async def _read_shared(self, topic: str, strict: bool, have: SharedCopy | None = None,
+                           problems: list[str] | None = None) -> tuple[SharedCopy, int]:
         """Read the shared copy (only what moved since ``have``), taking the refresh lease if it
         is stale; with the lease (or no copy at all) ask the broker and store what it says
         (watermarks only move forward). ``strict``: broker errors are raised, else logged and
         the stored copy returned."""
-        lease, copy, _ts = await self.store.read_watermarks(topic, self.refresh_ms, self.node_id,
-                                                            have)
+        lease, copy, ts = await self.store.read_watermarks(topic, self.refresh_ms, self.node_id,
+                                                           have)
         wm = copy.queues
         if lease or not wm:
             try:
@@ -186,9 +200,11 @@ class Watermarks:
                 if strict:
                     raise
                 log.info("watermarks of %s unavailable: %r", topic, e)
-                return copy
-            copy = written
-        return copy
+                if problems is not None:
+                    problems.append(f"{type(e).__name__}: {e}"[:200])
+                return copy, ts
+            copy, ts = written, now_ms()
+        return copy, ts
 
     def observe(self, topic: str, queue: str, high_watermark: int) -> None:
         """Raise a queue's high watermark from a fetch response (ListOffsets may lag behind)."""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.views import queue_row
-from ..core.watermarks import Watermarks
+from ..core.watermarks import Stamped, Watermarks
 from ..store import QueueState, now_ms
 
 log = logging.getLogger("mqgw.backlog")
@@ -31,6 +31,10 @@ PEEK_TIMEOUT_S = 5.0
 #: All peeks of one view or alert evaluation together: well inside the alert lock's 30 s, so an
 #: evaluation never outlives its lock (and gets dropped) because the broker is slow.
 PEEK_BUDGET_S = 10.0
+#: Figures older than this (or five refresh intervals) are called stale: the consume path and
+#: the views refresh the shared watermarks every ``metadata_refresh_ms``, so a copy this old
+#: means the broker has not been answering.
+STALE_AFTER_MS = 10_000
 
 AgeWanted = bool | Callable[[dict[str, str]], bool]
 
@@ -42,10 +46,16 @@ async def collect(gw: Any, consumers: list[str] | None = None,
     ``with_age`` may also be a predicate on the consumer's config hash (the alert monitor only
     asks for ages where an age threshold is set).
     """
+    return (await view(gw, consumers, with_age))[0]
+
+
+async def view(gw: Any, consumers: list[str] | None = None, with_age: AgeWanted = True,
+               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """:func:`collect`'s entries, and how old their figures are (:func:`staleness`)."""
     registered, seen = await gw.registry.consumer_names()
     names = sorted(set(consumers) if consumers is not None else registered | seen)
     if not names:
-        return []
+        return [], staleness({}, now_ms(), gw.settings.metadata_refresh_ms)
     # Two pipelined round trips: configs, cluster-mode queues and clientIds; then the clientIds'
     # queue hashes.
     read = await gw.store.read_consumers(names)
@@ -55,8 +65,9 @@ async def collect(gw: Any, consumers: list[str] | None = None,
                      for q in states})
     wm = Watermarks(gw.store, gw.broker, gw.settings.metadata_refresh_ms)
     sem = asyncio.Semaphore(PEEK_CONCURRENCY)
-    his = dict(zip(topics, await asyncio.gather(*(_high_watermarks(wm, t, sem) for t in topics)),
-                   strict=True))
+    stamped = dict(zip(topics, await asyncio.gather(*(_shared(wm, t, sem) for t in topics)),
+                       strict=True))
+    his = {t: {q: hi for q, (_lo, hi) in s.queues.items()} for t, s in stamped.items()}
 
     now = now_ms()
     peeks = _Peeks(gw.broker)
@@ -90,7 +101,7 @@ async def collect(gw: Any, consumers: list[str] | None = None,
             "queues": all_rows,
             "clients": client_views,
         })
-    return result
+    return result, staleness(stamped, now, gw.settings.metadata_refresh_ms)
 
 
 def thresholds(cfg: dict[str, str]) -> dict[str, int]:
@@ -173,8 +184,21 @@ class _Peeks:
         return None
 
 
-async def _high_watermarks(wm: Watermarks, topic: str, sem: asyncio.Semaphore) -> dict[str, int]:
-    """``{queue: hi}`` from the shared watermarks, refreshed from the broker when stale and
-    this process wins the refresh lease (as the consume path does)."""
+async def _shared(wm: Watermarks, topic: str, sem: asyncio.Semaphore) -> Stamped:
+    """The shared watermarks, refreshed from the broker when stale and this process wins the
+    refresh lease (as the consume path does)."""
     async with sem:
-        return {q: hi for q, (_lo, hi) in (await wm.shared(topic)).items()}
+        return await wm.shared(topic)
+
+
+def staleness(stamped: dict[str, Stamped], now: int, refresh_ms: int) -> dict[str, Any]:
+    """How old a view's figures are: ``watermarksAgeMs`` (the oldest topic's copy, since a
+    node last read it from the broker; null with no topic), ``stale`` (older than a few refresh
+    intervals: the broker has not been answering) and ``staleReason`` (its last error)."""
+    written = [s.written_ms for s in stamped.values() if s.written_ms]
+    problems = sorted({s.problem for s in stamped.values() if s.problem})
+    age = max(0, now - min(written)) if written else None
+    stale = age is not None and (age > max(5 * refresh_ms, STALE_AFTER_MS)
+                                 or (bool(problems) and age > 2 * refresh_ms))
+    reason = (problems[0] if problems else "the broker has not answered") if stale else None
+    return {"watermarksAgeMs": age, "stale": stale, "staleReason": reason}
