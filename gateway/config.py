@@ -127,6 +127,10 @@ class Settings:
     #: ``http://host:8080/apis/ccompat/v6``), for REST v2's ``avro``, ``protobuf`` and
     #: ``jsonschema`` formats ('' = those formats are refused). Nodes keep only a cache of it.
     schema_registry_url: str = ""
+    #: Set by ``mqgw dev`` (``make run``): a development stack, run with auth off, open mode and
+    #: the development HMAC key on purpose, whose banner says so once; each worker then does not
+    #: warn about them again at start (production nodes leave it off and are warned).
+    dev: bool = False
     #: OpenTelemetry spans for produce, fetch, ack and the delay relay (core/spans.py): needs
     #: ``pip install 'mq-gateway[otel]'``; exported by OTLP (``OTEL_EXPORTER_OTLP_ENDPOINT``)
     #: unless the process runs under ``opentelemetry-instrument``. Off: nothing is imported.

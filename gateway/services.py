@@ -96,7 +96,8 @@ async def open_services(settings: Settings, *, broker: Broker | None = None,
         refusal = hmac_key_refusal(settings)  # `mqgw serve` checked it already; other servers
         if refusal is not None:
             raise RuntimeError(refusal)
-        _warn_open(settings)
+        if not settings.dev:  # mqgw dev's banner says it once
+            _warn_open(settings)
     stack = AsyncExitStack()
     try:
         return await _open(settings, stack, broker, redis, serve)

@@ -102,7 +102,10 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 1
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # log_level 0: this client lives on in the calling process (mqgw dev) after the topic is
+    # made, and librdkafka would print its raw reconnect lines to stderr once the broker stops
+    # (seen at every Ctrl-C of `make run`); its errors reach us through the futures anyway.
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     try:
         new = NewTopic(topic, partitions, replication, config=config or {})
         for f in admin.create_topics([new]).values():

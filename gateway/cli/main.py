@@ -109,6 +109,7 @@ def dev(args: argparse.Namespace) -> int:
     # A development gateway: serve any consumer or producer name, no API keys.
     env.setdefault("MQGW_OPEN_MODE", "true")
     env.setdefault("MQGW_AUTH", "false")
+    env.setdefault("MQGW_DEV", "true")  # the workers leave the warnings below to this banner
     own_redis = False
     try:
         if not (env.get("REDIS_URL") or env.get("MQGW_REDIS_URL")):
@@ -190,6 +191,9 @@ mq-gateway is up at {base}   (API description: {base}/openapi.yaml)
 The command-line tools (mqgw admin, keys, snapshot, report) reach this stack with, in another shell:
   export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH" MQGW_URL={base} \\
          MQGW_REDIS_URL={env["MQGW_REDIS_URL"]} {broker_env}
+
+This is a development stack: no API keys (anyone who reaches the port may do anything), any
+consumer or producer name is served, and requestIds are signed with the public development key.
 
 Ctrl-C stops the gateway and everything started with it.""", flush=True)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

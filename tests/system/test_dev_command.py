@@ -89,6 +89,16 @@ def test_dev_starts_everything_and_ctrl_c_stops_it(tmp_path) -> None:
         assert '"start": "earliest"' in p.stdout or '"start":"earliest"' in p.stdout, p.stdout
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
         assert proc.wait(30) == 0
+        time.sleep(1.5)  # past librdkafka's first reconnect after the broker stopped
+        text = log.read_text()
+        # issue 36: the development stack says once what makes it open (the banner), not each
+        # worker at start; and no raw librdkafka line reaches the terminal, at start or at
+        # Ctrl-C (the topic-making client of `dev` itself once did, reconnecting to the
+        # stopped broker)
+        assert "This is a development stack" in text
+        assert "auth is off" not in text and "open mode is on" not in text, text
+        assert "development key" not in text.split("This is a development stack")[0], text
+        assert not re.search(r"^%\d\|", text, re.M), text
         for p in (port, redis_port, *broker_ports):
             assert not listening(p), f"port {p} still open after Ctrl-C"
         left = subprocess.run(["pgrep", "-f", str(snaps)], capture_output=True, text=True).stdout

@@ -81,22 +81,21 @@ async def test_the_backlog_view_says_when_its_figures_are_stale(
     broker.create("orders", 1)
     app = create_app(Settings(**{**BASE_SETTINGS, "alert_interval_ms": 0, "relay": False}),
                      broker=broker, redis=redis)
-    async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://gw") as http:
-            await http.post("/produce", json={"topic": "orders", "value": "v1"})
-            await http.get("/message", params={"consumer": "c1", "topic": "orders"})
-            fresh = (await http.get("/admin/backlog")).json()
-            assert fresh["stale"] is False and fresh["staleReason"] is None
-            assert 0 <= fresh["watermarksAgeMs"] < 5_000
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://gw") as http:
+        await http.post("/produce", json={"topic": "orders", "value": "v1"})
+        await http.get("/message", params={"consumer": "c1", "topic": "orders"})
+        fresh = (await http.get("/admin/backlog")).json()
+        assert fresh["stale"] is False and fresh["staleReason"] is None
+        assert 0 <= fresh["watermarksAgeMs"] < 5_000
 
-            async def down(topic: str) -> Any:
-                raise BrokerUnavailable("Local: Broker transport failure")
-            monkeypatch.setattr(broker, "watermarks", down)
-            await asyncio.sleep(0.05)  # past two refresh intervals (5 ms each)
-            r = await http.get("/admin/backlog")
-            assert r.status_code == 200, r.text
-            old = r.json()
-            assert old["stale"] is True and "transport failure" in old["staleReason"]
-            assert old["watermarksAgeMs"] >= 50
-            assert old["consumers"][0]["totalBacklog"] == 1  # the last figures, still there
+        async def down(topic: str) -> Any:
+            raise BrokerUnavailable("Local: Broker transport failure")
+        monkeypatch.setattr(broker, "watermarks", down)
+        await asyncio.sleep(0.05)  # past two refresh intervals (5 ms each)
+        r = await http.get("/admin/backlog")
+        assert r.status_code == 200, r.text
+        old = r.json()
+        assert old["stale"] is True and "transport failure" in old["staleReason"]
+        assert old["watermarksAgeMs"] >= 50
+        assert old["consumers"][0]["totalBacklog"] == 1  # the last figures, still there

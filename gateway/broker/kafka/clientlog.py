@@ -21,6 +21,12 @@ from typing import Any
 log = logging.getLogger("mqgw.kafka")
 
 
+#: Warnings librdkafka gives for what it retries by itself and nobody can act on, logged as
+#: INFO: (facility, part of the text). A broker just started loads its transaction coordinator
+#: for a moment, and each idempotent producer of a node starting then said so (`make run`).
+ROUTINE = (("GETPID", "Coordinator load in progress"),)
+
+
 class _Forward:
     """What confluent-kafka calls: ``log(level, "%s [%s] %s", facility, client, text)``, level
     already a :mod:`logging` level (it maps syslog's 0-7)."""
@@ -28,6 +34,9 @@ class _Forward:
     def log(self, level: int, msg: str, *args: Any) -> None:
         if len(args) == 3:
             facility, client, text = args
+            if level == logging.WARNING and any(
+                    facility == f and part in text for f, part in ROUTINE):
+                level = logging.INFO
             log.log(level, "%s", text, extra={"facility": facility, "client": client})
         else:  # another binding version's shape: keep the line whatever it is
             log.log(level, msg, *args)
