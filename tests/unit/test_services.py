@@ -99,3 +99,7 @@ async def test_the_backlog_view_says_when_its_figures_are_stale(
         assert old["stale"] is True and "transport failure" in old["staleReason"]
         assert old["watermarksAgeMs"] >= 50
         assert old["consumers"][0]["totalBacklog"] == 1  # the last figures, still there
+        # a pause during the outage is applied and shown (the registry lives in Redis)
+        r = await http.post("/admin/consumers/c1/pause")
+        assert r.status_code == 200, r.text
+        assert (await http.get("/admin/backlog")).json()["consumers"][0]["paused"] is True
