@@ -58,12 +58,14 @@ class RegisteredSchema:
 class RegistryClient:
     """One pooled HTTP client per process."""
 
-    def __init__(self, url: str, user_info: str = "", timeout_ms: int = 5_000) -> None:
+    def __init__(self, url: str, user_info: str = "", timeout_ms: int = 5_000,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         headers = {"Accept": _MEDIA, "Content-Type": _MEDIA}
         if user_info:
             headers["Authorization"] = "Basic " + base64.b64encode(user_info.encode()).decode()
         self.url = url.rstrip("/")
-        self.http = httpx.AsyncClient(headers=headers, timeout=timeout_ms / 1000)
+        self.http = httpx.AsyncClient(headers=headers, timeout=timeout_ms / 1000,
+                                      transport=transport)
         self._by_id: dict[int, RegisteredSchema] = {}
         self._ids: dict[tuple[str, Kind, str], int] = {}
 

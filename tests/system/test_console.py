@@ -640,6 +640,36 @@ def test_the_console_says_when_auth_is_off_and_fits_a_phone(
     assert errors(d) == []
 
 
+def test_the_console_says_when_its_figures_are_stale(
+        api: Api, rds: Any, make_topic: Callable[..., str], browser: webdriver.Chrome) -> None:
+    """Issue 36: while the broker does not answer, the view's figures are the last ones a node
+    read, and the page says so. Made here without stopping the shared broker: the topic's
+    shared watermark copy is aged in Redis and its refresh lease held, as when every refresh
+    fails (the unit test makes the broker itself fail: tests/unit/test_services.py)."""
+    from gateway.store.keys import KeyLayout
+
+    topic, g = make_topic(1), unique("console")
+    api.config(g, start="earliest")
+    api.produce_exact(topic, ["a"])
+    api.message(consumer=g, topic=topic, max=1)
+    keys = KeyLayout("mqgw")
+    wm, lease = keys.watermarks(topic), keys.watermark_lease(topic)
+    d = browser
+    try:
+        rds.set(lease, "test", px=60_000)  # nobody refreshes the copy
+        rds.hset(wm, "ts", int(rds.time()[0]) * 1000 - 45_000)
+        open_console(d, api.url("/console"))
+        wait(d, f"consumer {g}", lambda d: row(d, g))
+        said = wait(d, "the stale notice", lambda d: d.find_element(By.ID, "problem").text)
+        assert "figures are" in said and "s old" in said and "broker is not answering" in said, said
+        assert d.find_element(By.ID, "refreshed").text.startswith("stale: figures from")
+    finally:
+        rds.delete(lease)
+        rds.hset(wm, "ts", 0)  # the next view refreshes it
+    wait(d, "the notice gone once fresh", lambda d: not d.find_element(By.ID, "problem").text)
+    assert d.find_element(By.ID, "refreshed").text.startswith("updated")
+
+
 def test_the_console_answers_with_a_strict_content_security_policy(api: Api) -> None:
     for path in ("/console", "/console/console.js", "/console/console.css",
                  "/console/consumer.js"):
