@@ -38,8 +38,8 @@ LIST_EVERY_S = 1.0
 
 class Stamped(NamedTuple):
     """A topic's shared watermarks as a view reads them: ``written_ms``, when a node last read
-    them from the broker (0: never); ``problem``, why this read could not (the broker's error),
-    or ''."""
+    them from the broker (0: never, or the topic is gone: its last figures are final);
+    ``problem``, why this read could not (the broker's error), or ''."""
 
     queues: dict[str, tuple[int, int]]
     written_ms: int
@@ -200,6 +200,8 @@ class Watermarks:
                 if strict:
                     raise
                 log.info("watermarks of %s unavailable: %r", topic, e)
+                if isinstance(e, UnknownTopic):  # deleted: its last figures are final, not stale
+                    return copy, 0
                 if problems is not None:
                     problems.append(f"{type(e).__name__}: {e}"[:200])
                 return copy, ts
