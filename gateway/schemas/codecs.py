@@ -15,6 +15,8 @@ fields' own names, and JSON Schema's JSON as it is.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import io
 import subprocess
 import sys
@@ -81,7 +83,24 @@ async def compile_schema(kind: Kind, text: str) -> Codec:
         return AvroCodec(text)
     if kind is Kind.JSON:
         return JsonSchemaCodec(text)
-    return ProtobufCodec(await _protoc(text))
+    described = _descriptor(text)
+    return ProtobufCodec(described if described is not None else await _protoc(text))
+
+
+def _descriptor(text: str) -> descriptor_pb2.FileDescriptorSet | None:
+    """A Protobuf schema given as a base64 ``FileDescriptorProto`` instead of ``.proto`` text:
+    what confluent-kafka's Python ``ProtobufSerializer`` registers, and what a registry that
+    keeps it so (Apicurio 2.0) serves back. None for anything else (then it is .proto text)."""
+    t = text.strip()
+    if not t or any(c.isspace() or c in ';{}"' for c in t):
+        return None  # .proto text has blanks, braces and semicolons; base64 has none
+    try:
+        fd = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(t, validate=True))
+    except (binascii.Error, ValueError, DecodeError):
+        return None
+    if not fd.name or not fd.message_type:
+        return None
+    return descriptor_pb2.FileDescriptorSet(file=[fd])
 
 
 # -- Avro -----------------------------------------------------------------------------------------

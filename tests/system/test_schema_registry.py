@@ -298,3 +298,63 @@ def test_confluents_serializers_read_and_write_beside_the_gateway(
     got = read_all(call, unique("g"), topic, "avro", AVRO_V2, len(values) + len(theirs))
     assert [v for _, v in by_offset(got)][len(values):] == [
         {"name": v["name"], "email": {"string": v["email"]}} for v in theirs]
+
+
+@pytest.mark.skipif(ON_ROCKETMQ, reason="Confluent's serializers are Kafka clients")
+def test_confluents_protobuf_serializers_read_and_write_beside_the_gateway(
+        nodes: list[str], registry: sr.Registry, make_topic: Callable[..., str],
+        bootstrap: str, tmp_path: Path) -> None:
+    """Confluent's Python ProtobufSerializer registers its schema as a base64 descriptor (which
+    this registry serves back as such): the gateway decodes its records, and Confluent's
+    ProtobufDeserializer decodes the gateway's."""
+    import importlib
+    import subprocess
+    import sys
+
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    (tmp_path / "order.proto").write_text(PROTO)
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp_path}",
+                    f"--python_out={tmp_path}", "order.proto"], check=True, timeout=60)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        order = importlib.import_module("order_pb2").Order
+    finally:
+        sys.path.remove(str(tmp_path))
+    call = Turns(nodes)
+    client = SchemaRegistryClient({"url": registry.url})
+    ctx = lambda topic: SerializationContext(topic, MessageField.VALUE)  # noqa: E731
+    # theirs, through the gateway
+    topic = make_topic(1)
+    serialize = ProtobufSerializer(order, client, {"use.deprecated.format": False})
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(3):
+        producer.produce(topic, serialize(order(id=f"c{i}", cents=i), ctx(topic)))
+    assert producer.flush(30) == 0
+    got = read_all(call, unique("g"), topic, "protobuf", PROTOBUF_V2, 3)
+    assert [v for _, v in by_offset(got)] == [{"id": "c0"}, {"id": "c1", "cents": "1"},
+                                             {"id": "c2", "cents": "2"}]
+    # the gateway's, through Confluent's deserializer
+    topic = make_topic(1)
+    r = call("POST", f"/topics/{topic}", {"value_schema": PROTO, "records": [
+        {"value": {"id": f"g{i}", "tags": ["x"]}} for i in range(2)]}, PROTOBUF_V2)
+    assert r.status_code == 200, r.text
+    deserialize = ProtobufDeserializer(order, {"use.deprecated.format": False})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("cg"),
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    read: list[Any] = []
+    try:
+        consumer.subscribe([topic])
+        for _ in range(60):
+            m = consumer.poll(1.0)
+            if m is None or m.error():
+                continue
+            read.append(deserialize(m.value(), ctx(topic)))
+            if len(read) == 2:
+                break
+    finally:
+        consumer.close()
+    assert [(o.id, list(o.tags)) for o in read] == [("g0", ["x"]), ("g1", ["x"])]

@@ -78,3 +78,19 @@ def test_json_schema_validates_on_the_way_in() -> None:
         c.encode({"n": "x"})
     with pytest.raises(ConversionError):
         c.encode({})
+
+
+def test_a_protobuf_schema_registered_as_a_base64_descriptor_decodes() -> None:
+    """confluent-kafka's Python ProtobufSerializer registers the schema as a base64
+    FileDescriptorProto, and Apicurio 2.0 serves it back so: the same codec comes of it."""
+    import base64
+
+    from gateway.schemas.codecs import _protoc
+
+    files = asyncio.run(_protoc(PROTO))
+    text = base64.b64encode(files.file[-1].SerializeToString()).decode()
+    c, by_text = codec(Kind.PROTOBUF, text), codec(Kind.PROTOBUF, PROTO)
+    payload = by_text.encode({"name": "ann", "age": 7})
+    assert c.decode(payload) == {"name": "ann", "age": 7} and c.encode({"name": "ann", "age": 7}) == payload
+    with pytest.raises(SchemaInvalid):
+        codec(Kind.PROTOBUF, base64.b64encode(b"\xff\xff").decode())  # neither: protoc says no
