@@ -169,20 +169,27 @@ class SplitKafka:
 
 
 def start_split(session_ms: int = 2000, heartbeat_ms: int = 250, heap: str = "384m",
-                timeout: float = 90.0) -> SplitKafka:
+                timeout: float = 90.0, relayed_port: int | None = None) -> SplitKafka:
     """A controller-only and a broker-only Apache Kafka process on loopback (issue 32's fenced
     broker). ``session_ms``: how long the controller waits for the broker's heartbeats before it
-    fences it (Kafka's default 9 s; short here so that a test's SIGSTOP fences it soon)."""
+    fences it (Kafka's default 9 s; short here so that a test's SIGSTOP fences it soon).
+    ``relayed_port``: a second listener (``extra["relayed"]``: its own port) that advertises
+    this port instead, where a proxy in front of it listens: clients that bootstrap there talk
+    to the broker only through the proxy."""
     port, controller_port = free_port(), free_port()
+    relayed = free_port() if relayed_port else 0
     voters = f"1@127.0.0.1:{controller_port}"
     cluster_id = _cluster_id()
+    broker = _BROKER.format(node_id=2, voters=voters, port=port, data="{data}",
+                            heartbeat_ms=heartbeat_ms, replication=1, min_isr=1)
+    if relayed_port:
+        broker = _relayed(broker, port, relayed, relayed_port)
     started: list[Service] = []
     try:
         for name, text in (
                 ("controller", _CONTROLLER.format(node_id=1, voters=voters, session_ms=session_ms,
                                                   controller_port=controller_port, data="{data}")),
-                ("broker", _BROKER.format(node_id=2, voters=voters, port=port, data="{data}",
-                                          heartbeat_ms=heartbeat_ms, replication=1, min_isr=1))):
+                ("broker", broker)):
             work = tempfile.mkdtemp(prefix=f"mqgw-kafka-{name}-")
             props = Path(work) / "server.properties"
             props.write_text(text.replace("{data}", str(Path(work) / "data")))
@@ -197,7 +204,7 @@ def start_split(session_ms: int = 2000, heartbeat_ms: int = 250, heap: str = "38
             jvm = ("-Dorg.slf4j.simpleLogger.log.org.apache.kafka.controller=info",) \
                 if name == "controller" else ()
             svc = Service(f"kafka-{name}", listen, _launch(props, heap, log, *jvm), work,
-                          {"bootstrap": f"127.0.0.1:{port}", "log": log})
+                          {"bootstrap": f"127.0.0.1:{port}", "log": log, "relayed": relayed})
             started.append(svc)
             wait_port(listen, timeout=timeout, proc=svc.proc)
         _wait_ready(f"127.0.0.1:{port}", time.monotonic() + timeout, started[1].proc)
@@ -207,6 +214,17 @@ def start_split(session_ms: int = 2000, heartbeat_ms: int = 250, heap: str = "38
             s.stop()
         raise RuntimeError(f"the split Kafka did not start: {e}\n{tails}") from e
     return SplitKafka(started[0], started[1])
+
+
+def _relayed(props: str, port: int, relayed: int, advertised: int) -> str:
+    """``props`` with a RELAYED listener on ``relayed`` that advertises ``advertised``."""
+    return props.replace(
+        f"\nlisteners=PLAINTEXT://127.0.0.1:{port}\n",
+        f"\nlisteners=PLAINTEXT://127.0.0.1:{port},RELAYED://127.0.0.1:{relayed}\n").replace(
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port},RELAYED://127.0.0.1:{advertised}\n").replace(
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,RELAYED:PLAINTEXT,")
 
 
 def _cluster_id() -> str:
