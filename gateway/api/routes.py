@@ -7,13 +7,13 @@ import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..broker import Record, UnknownTopic
+from ..broker import OutgoingMessage, Record, UnknownTopic
 from ..core import trace
 from ..core.errors import Busy, DomainError, Forbidden, Unauthenticated, unknown
 from ..core.fetch import FetchStatus
@@ -48,6 +48,7 @@ from .produce_wire import cancelled_body, parse_produce, produced_body
 _SPEC = resources.files("gateway") / "openapi.yaml"  # a link to the top-level spec, packaged as data
 
 Handler = Callable[[Request], Awaitable[Response]]
+T = TypeVar("T")
 
 
 def key_first(handler: Handler) -> Handler:
@@ -76,6 +77,20 @@ def trace_context(request: Request) -> list[tuple[str, bytes]]:
     """The record headers of a produce request's W3C trace context (core/trace.py)."""
     h = request.headers
     return trace.context_headers(h.get(trace.TRACEPARENT), h.get(trace.TRACESTATE))
+
+
+async def traced_produce(request: Request, topic: str, messages: list[OutgoingMessage],
+                         send: Callable[[list[OutgoingMessage]], Awaitable[T]]) -> T:
+    """``send(messages)`` for a produce request (native or REST v2): inside its producer span,
+    the records carrying the span's trace context (or the request's when spans are off), the
+    whole bounded by ``produce_timeout_ms`` (core/produce.py)."""
+    gw = services(request)
+    context = trace_context(request)
+    with gw.spans.span(f"{topic} publish", "producer", context, {
+            "messaging.destination.name": topic,
+            "messaging.batch.message_count": len(messages)}) as span:
+        stamped = trace.stamp(messages, span.headers() or context)
+        return await within_produce_timeout(send(stamped), gw.settings.produce_timeout_ms)
 
 
 def trace_answer(request: Request, records: Sequence[Record]) -> dict[str, str] | None:
@@ -112,18 +127,13 @@ async def produce_route(request: Request) -> Response:
         ids = (enc.key_id, enc.value_id)
         messages = [replace(m, key=k, value=v)
                     for m, k, v in zip(messages, enc.keys, enc.values, strict=True)]
-    context = trace_context(request)
-    with gw.spans.span(f"{topic} publish", "producer", context, {
-            "messaging.destination.name": topic,
-            "messaging.batch.message_count": len(messages)}) as span:
-        messages = trace.stamp(messages, span.headers() or context)
-        if dues is None:
-            result = await within_produce_timeout(produce(gw.broker, topic, messages),
-                                                  gw.settings.produce_timeout_ms)
-            delayed = None
-        else:
-            result, delayed = await within_produce_timeout(
-                gw.delay.produce(topic, messages, dues), gw.settings.produce_timeout_ms)
+    if dues is None:
+        result = await traced_produce(request, topic, messages,
+                                      lambda ms: produce(gw.broker, topic, ms))
+        delayed = None
+    else:
+        result, delayed = await traced_produce(request, topic, messages,
+                                               lambda ms: gw.delay.produce(topic, ms, dues))
     metrics.produced(len(result.results) - result.failed, result.failed)
     return JSON(produced_body(result, delayed, ids))
 

@@ -19,19 +19,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..broker import OutgoingMessage
-from ..core import trace
 from ..core.errors import Conflict, invalid, unknown
 from ..core.fetch import FetchStatus
 from ..core.instances import Committed
 from ..core.names import check_name, check_topic
-from ..core.produce import produce, within_produce_timeout
+from ..core.produce import produce
 from ..ops import metrics
 from . import v2_wire as wire
 from .access import route
 from .errors import ApiError, answer
 from .http import NO_PARAMS, api_credential, check_query, object_body, query_number, read_json, services
 from .numbers import query_int
-from .routes import client_address, key_first, trace_answer, trace_context
+from .routes import client_address, key_first, trace_answer, traced_produce
 
 Handler = Callable[[Request], Awaitable[Response]]
 _PRODUCE_PARAMS = frozenset({"producer"})
@@ -93,13 +92,8 @@ async def produce_route(request: Request) -> Response:
         ids = (enc.key_id, enc.value_id)
         messages = [OutgoingMessage(v, k, queue=r.queue)
                     for r, k, v in zip(raw, enc.keys, enc.values, strict=True)]
-    context = trace_context(request)
-    with gw.spans.span(f"{topic} publish", "producer", context, {
-            "messaging.destination.name": topic,
-            "messaging.batch.message_count": len(messages)}) as span:
-        messages = trace.stamp(messages, span.headers() or context)
-        result = await within_produce_timeout(produce(gw.broker, topic, messages),
-                                              gw.settings.produce_timeout_ms)
+    result = await traced_produce(request, topic, messages,
+                                  lambda ms: produce(gw.broker, topic, ms))
     metrics.produced(len(result.results) - result.failed, result.failed)
     return wire.V2JSON(wire.produced_body(result, *ids))
 

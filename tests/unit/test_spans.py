@@ -5,6 +5,7 @@ ack has its own span; off, the shared no-op context manager and nothing imported
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import fakeredis
@@ -69,3 +70,41 @@ async def test_produce_fetch_and_ack_spans(redis: fakeredis.FakeAsyncRedis,
     # the fetch links to the records' context (one per record)
     assert [link.context.span_id for link in fetch.links] == [produce.context.span_id] * 2
     assert fetch.attributes["messaging.consumer.group.name"] == "c"
+
+
+async def test_a_relay_delivery_has_a_span_linked_to_its_records(
+        redis: fakeredis.FakeAsyncRedis, broker: MemoryBroker) -> None:
+    """The relay's delivery of delayed records is an INTERNAL span of its own (it runs long
+    after the produce request ended), linked to the context each record carries."""
+    import asyncio
+
+    from gateway.broker import OutgoingMessage
+    from gateway.services import close_services, open_services
+
+    broker.create("orders", 1)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    s = await open_services(Settings(**{**BASE_SETTINGS, "delay_levels": "100ms,1s",
+                                        "delay_topic_prefix": "d.", "relay": True}),
+                            broker=broker, redis=redis, serve=False)
+    try:
+        assert s.relay is not None
+        s.relay.spans = Spans(True, "memory", provider)
+        carried = [("traceparent", PARENT.encode())]
+        await s.delay.produce("orders", [OutgoingMessage(b"a", None, carried),
+                                         OutgoingMessage(b"b", None, carried)],
+                              [int(time.time() * 1000) + 250] * 2)
+        for _ in range(1000):  # delivered in ~0.3 s
+            if sum(len(q) for q in broker.logs["orders"].values()) == 2:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await close_services(s)
+    relayed = [x for x in exporter.get_finished_spans() if x.name == "mqgw relay deliver"]
+    assert relayed, [x.name for x in exporter.get_finished_spans()]
+    assert all(x.kind is SpanKind.INTERNAL for x in relayed)
+    assert sum(x.attributes["messaging.batch.message_count"] for x in relayed) == 2
+    links = [link.context for x in relayed for link in x.links]
+    assert [f"{c.trace_id:032x}-{c.span_id:016x}" for c in links] == \
+        ["-".join(PARENT.split("-")[1:3])] * 2
