@@ -176,6 +176,10 @@ class Settings:
     alert_interval_ms: int = 15_000
     #: Where alert state changes are POSTed as JSON ('' for nowhere).
     alert_webhook_url: str = ""
+    #: The delay wheel's built-in alert (consumer ``_mqgw.relay``, reason ``overdue``): a record
+    #: in the level topics this long past the time a relay should have moved it (no relay
+    #: running, or all stalled). 0 turns it off.
+    delay_overdue_alert_ms: int = 60_000
     #: Where the latest lag report (``mqgw report``'s report.html) is published: the console
     #: links to it ('' for no link: the console says how to make one). http(s) or a path.
     report_url: str = ""

@@ -118,7 +118,9 @@ export function pauseButton(c) {
 let refreshAll = async () => {};
 
 function drawAlerts(data) {
-  const firing = data.alerts.map((a) => `${a.consumer} (${a.reasons.join(" and ")})`);
+  const firing = data.alerts.map((a) => a.reasons.includes("overdue") ?
+    `the delay wheel (records ${fmtAge(a.oldestAgeMs)} overdue: is a relay running?)` :
+    `${a.consumer} (${a.reasons.join(" and ")})`);
   const when = data.evaluatedMs ? ` Last evaluated ${fmtTime(data.evaluatedMs)}.` : "";
   $("al-summary").textContent = (firing.length ? `Firing: ${list(firing)}.` :
     "No backlog alert fires.") + when;

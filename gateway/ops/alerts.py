@@ -33,8 +33,11 @@ from ..broker import Broker
 from ..config import Settings, node_id
 from ..core.errors import Busy
 from ..core.registry import Registry
+from ..core.relay import RELAY_CONSUMER
+from ..core.wheel import Wheel, parse_levels
 from ..store import AlertKey, OffsetStore, now_ms
 from . import backlog
+from .wheel_lag import wheel_lag
 
 if TYPE_CHECKING:
     import httpx  # imported when the first webhook is sent
@@ -74,6 +77,8 @@ class AlertMonitor:
         self._sender: asyncio.Task[None] | None = None
         self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._http: httpx.AsyncClient | None = None  # made on the first webhook
+        #: The delay levels, whose lateness is the relay consumer's alert (ops/wheel_lag.py).
+        self.wheel = Wheel(parse_levels(settings.delay_levels), settings.delay_topic_prefix)
 
     def key(self, what: AlertKey) -> str:
         return self.store.alerts.key(what)
@@ -154,6 +159,9 @@ class AlertMonitor:
     async def _evaluate(self, token: str) -> None:
         started = time.monotonic()
         consumers = await backlog.collect(self, with_age=_age_threshold)
+        consumers = [c for c in consumers if c["consumer"] != RELAY_CONSUMER]
+        if self.settings.delay_overdue_alert_ms > 0 and (wheel := await self._wheel()):
+            consumers.append(wheel)
         now = now_ms()
         previous = await self.store.alerts.states()
         states: dict[str, dict[str, Any]] = {}
@@ -194,6 +202,17 @@ class AlertMonitor:
             log.warning("backlog alert %s for consumer %s: %s", e["event"], e["consumer"],
                         ",".join(e["reasons"]))
             self._post_later(e)
+
+    async def _wheel(self) -> dict[str, Any] | None:
+        """The delay wheel as the relay consumer's built-in alert: it fires when a record in the
+        level topics is ``delay_overdue_alert_ms`` past the time a relay should have moved it
+        (no relay running, or every relay stalled); ``oldestAgeMs`` is that lateness. None
+        while no level topic exists."""
+        lag = await wheel_lag(self, self.wheel)
+        if not lag.levels:
+            return None
+        return {"consumer": RELAY_CONSUMER, "alerts": {"overdueMs": self.settings.delay_overdue_alert_ms},
+                "totalBacklog": lag.waiting, "oldestAgeMs": lag.overdue_ms}
 
     # -- views and metrics -----------------------------------------------------------------------
     async def view(self, include_all: bool = False) -> dict[str, Any]:
@@ -271,13 +290,15 @@ def _reasons(c: dict[str, Any], limits: dict[str, int], firing: dict[str, Any] |
     reasons = []
     if "backlogMessages" in limits and c["totalBacklog"] >= limits["backlogMessages"]:
         reasons.append("backlog")
-    if "oldestAgeMs" in limits:
+    for limit, reason in (("oldestAgeMs", "age"), ("overdueMs", "overdue")):
+        if limit not in limits:
+            continue
         age = c["oldestAgeMs"]
         if age is None:  # the broker could not tell: keep what we had, do not flap
-            if firing and "age" in firing["reasons"]:
-                reasons.append("age")
-        elif age >= limits["oldestAgeMs"]:
-            reasons.append("age")
+            if firing and reason in firing["reasons"]:
+                reasons.append(reason)
+        elif age >= limits[limit]:
+            reasons.append(reason)
     return reasons
 
 

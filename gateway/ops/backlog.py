@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..broker import Record
 from ..core.views import queue_row
 from ..core.watermarks import Stamped, Watermarks
 from ..store import QueueState, now_ms
@@ -171,17 +172,21 @@ class _Peeks:
                         PEEK_BUDGET_S)
 
     async def _timestamp(self, topic: str, queue: str, offset: int) -> int | None:
-        """Timestamp of the first readable record at or after ``offset`` (None: unknown). The
-        broker steps over what retention deleted, as it does for a fetch."""
-        try:
-            r = await asyncio.wait_for(self.broker.fetch(topic, queue, offset, 1), PEEK_TIMEOUT_S)
-            if r.records:
-                ts = r.records[0].timestamp
-                return ts if ts >= 0 else None
-            return None
-        except Exception as e:  # noqa: BLE001 - an age is a nicety: never fail the view for it
-            log.warning("backlog age of %s/%s@%d unavailable: %r", topic, queue, offset, e)
-        return None
+        """Timestamp of the first readable record at or after ``offset`` (None: unknown)."""
+        r = await head_record(self.broker, topic, queue, offset)
+        return r.timestamp if r is not None and r.timestamp >= 0 else None
+
+
+async def head_record(broker: Any, topic: str, queue: str, offset: int) -> Record | None:
+    """The first readable record at or after ``offset`` (None: none, or the broker did not
+    answer within :data:`PEEK_TIMEOUT_S`). The broker steps over what retention deleted, as it
+    does for a fetch."""
+    try:
+        r = await asyncio.wait_for(broker.fetch(topic, queue, offset, 1), PEEK_TIMEOUT_S)
+        return r.records[0] if r.records else None
+    except Exception as e:  # noqa: BLE001 - a peek is a nicety: never fail the view for it
+        log.warning("peek at %s/%s@%d unavailable: %r", topic, queue, offset, e)
+    return None
 
 
 async def _shared(wm: Watermarks, topic: str, sem: asyncio.Semaphore) -> Stamped:

@@ -209,6 +209,9 @@ def node_env(redis_url: str, bootstrap: str, **settings: Any) -> dict[str, str]:
            # need its level topics made on the shared broker nor its idle polls (test_delay.py
            # turns it on, with levels of its own).
            "MQGW_RELAY": "false",
+           # Nor is the delay wheel's overdue alert, which would fire for the records those
+           # relay-less nodes leave in the shared broker's level topics (test_alerts.py tests it).
+           "MQGW_DELAY_OVERDUE_ALERT_MS": "0",
            # A worker that dies of a native fault writes every thread's Python stack to its log
            # first (an idle node's worker once segfaulted in pthread_mutex_lock, cause unknown).
            "PYTHONFAULTHANDLER": "1"}
