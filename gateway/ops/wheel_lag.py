@@ -33,7 +33,7 @@ class WheelLag:
     #: How long past its time the most overdue head is (0: none; None: could not tell). A relay
     #: at work keeps it within its coalescing window and hop slack (core/wheel.py act_by).
     overdue_ms: int | None
-    waiting: int  # records in the level topics not yet moved
+    waiting: int  # offsets of the level topics not yet moved (records; on Kafka also markers)
     levels: int  # level topics that exist (0: no wheel: this gateway never delayed a record)
 
 
@@ -53,11 +53,11 @@ async def wheel_lag(gw: Any, wheel: Wheel) -> WheelLag:
     # Only the levels that exist (one listing): a gateway that never delayed a record has none.
     existing = await gw.broker.topics(wheel.topic_prefix)
     topics = [t for t in wheel.topics() if t in existing]
-    marks = await asyncio.gather(*(shared(t) for t in topics))
+    marks = dict(zip(topics, await asyncio.gather(*(shared(t) for t in topics)), strict=True))
     heads = {(t, q): max(lo, committed.get((t, q), lo))
-             for t, queues in zip(topics, marks, strict=True) for q, (lo, hi) in queues.items()
+             for t, queues in marks.items() for q, (lo, hi) in queues.items()
              if hi > max(lo, committed.get((t, q), lo))}
-    waiting = sum(marks[topics.index(t)][q][1] - at for (t, q), at in heads.items())
+    waiting = sum(marks[t][q][1] - at for (t, q), at in heads.items())
     now = now_ms()
     lateness: list[int] = []
     unknown = False
@@ -66,11 +66,13 @@ async def wheel_lag(gw: Any, wheel: Wheel) -> WheelLag:
         nonlocal unknown
         async with sem:
             r = await head_record(gw.broker, topic, queue, at)
-        hdr = dict(r.headers) if r is not None else {}
+        if r is None:  # nothing readable there (Kafka's transaction markers after the relay's
+            return     # last hop), or the broker did not answer (logged): no verdict from it
+        hdr = dict(r.headers)
         try:
             hop_due, due = int(hdr[H_HOP_DUE]), int(hdr[H_DUE])
         except (KeyError, ValueError):
-            unknown = True  # not readable now, or not a wheel record: no verdict from it
+            unknown = True  # not a wheel record (written by something else): no verdict
             return
         lateness.append(max(0, now - wheel.ready_at(hop_due, due)))
 

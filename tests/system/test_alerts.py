@@ -275,6 +275,41 @@ def test_backlog_alert_fires_once_across_two_nodes_and_resolves(node_factory, ma
         api.http.close()
 
 
+@pytest.mark.slow  # two nodes, one a relay, and a delayed record left 2 s past its time
+@pytest.mark.timeout(120)
+def test_the_delay_wheels_alert_fires_while_no_relay_runs_and_resolves_once_one_does(
+        node_factory, make_topic, receiver: Receiver) -> None:
+    """With no relay anywhere a delayed record waits in its level topic and nothing said so (a
+    console test's retries waited so for minutes). The relay consumer's built-in alert fires
+    once the record is past its time by ``delay_overdue_alert_ms``, and resolves once a relay
+    moved it. Real Kafka: the head's wheel headers are read from the level topic."""
+    relay = "_mqgw.relay"
+    common = dict(key_prefix=unique("wheel"), delay_levels="1s,10s",
+                  delay_topic_prefix=f"{unique('lv')}.", alert_interval_ms=300,
+                  delay_overdue_alert_ms=500, alert_webhook_url=receiver.url)
+    node = node_factory(**common)  # no relay (tests/support node_env)
+    api = Api([node.url])
+    try:
+        topic, g = make_topic(1), unique()
+        api.config(g, start="earliest")
+        r = api.http.post(api.url("/produce"), json={"topic": topic, "value": "late", "delayMs": 1500})
+        assert r.status_code == 200, r.text
+        firing = wait_for(lambda: [a for a in alerts(api, 0)["alerts"] if a["consumer"] == relay],
+                          timeout=60, what="the wheel's alert")[0]
+        assert firing["reasons"] == ["overdue"] and firing["totalBacklog"] == 1, firing
+        assert firing["oldestAgeMs"] >= 500 and firing["thresholds"] == {"overdueMs": 500}, firing
+        wait_for(lambda: receiver.events(relay), what="its webhook")
+        assert f'mqgw_backlog_alert{{consumer="{relay}"}} 1.0' in scrape(api, 0)
+        assert api.message(consumer=g, topic=topic).json()["status"] == "empty"  # still waiting
+        node_factory(relay="true", **common)  # a relay comes: the record moves on
+        assert consume(api, 0, consumer=g, topic=topic, wait_ms=30_000)["messages"][0]["value"] == "late"
+        resolved = wait_for(lambda: receiver.events(relay)[1:], timeout=30, what="resolved")[0]
+        assert resolved["event"] == "resolved" and resolved["reasons"] == ["overdue"], resolved
+        assert (state_of(api, relay, 0) or {}).get("state") == "ok"
+    finally:
+        api.http.close()
+
+
 @pytest.mark.slow  # two nodes, and a record aged past 2 s
 @pytest.mark.timeout(90)
 def test_age_alert_with_a_failing_webhook_then_thresholds_removed(node_factory, make_topic) -> None:
